@@ -1,0 +1,43 @@
+# Every target sets itself up from nothing: a venv with the function and its test deps, and the real
+# crossplane CLI built from source with Go (cached in .tools/ and Go's module and build caches).
+PYTHON     ?= python3
+VENV       := .venv
+BIN        := $(VENV)/bin
+TOOLS_BIN  := $(CURDIR)/.tools/bin
+CROSSPLANE := $(TOOLS_BIN)/crossplane
+CRDS_DIR   ?= $(abspath $(CURDIR)/../shared/crds)
+EXAMPLE    ?= existing
+
+export CRDS_DIR
+export CROSSPLANE
+
+.PHONY: setup render test lint bench clean
+
+setup: $(VENV)/.stamp $(CROSSPLANE)
+
+$(VENV)/.stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# crank v2.2.1 built through a pinned wrapper module (tests/tools/crank/go.sum), so no module is resolved
+# at build time beyond what go.sum names.
+$(CROSSPLANE): tests/tools/crank/go.mod tests/tools/crank/go.sum
+	mkdir -p $(TOOLS_BIN)
+	cd tests/tools/crank && go build -o $(CROSSPLANE) github.com/crossplane/crossplane/v2/cmd/crank
+
+## Render a bundled example (EXAMPLE=existing|gke|eks|aks|nebius|vultr) with the real crossplane CLI.
+render: setup
+	$(BIN)/python -m tests.tools.render $(EXAMPLE)
+
+## Run the whole test suite: unit, gRPC, crossplane render and beta validate end to end.
+test: setup
+	$(BIN)/pytest
+
+lint: setup
+	$(BIN)/ruff check function tests
+	$(BIN)/ruff format --check function tests
+
+clean:
+	rm -rf $(VENV) .tools _output
