@@ -11,7 +11,7 @@ EXAMPLE    ?= existing
 export CRDS_DIR
 export CROSSPLANE
 
-.PHONY: setup render test lint bench clean
+.PHONY: setup render test lint bench clean package
 
 setup: $(VENV)/.stamp $(CROSSPLANE)
 
@@ -38,6 +38,25 @@ test: setup
 lint: setup
 	$(BIN)/ruff check function tests
 	$(BIN)/ruff format --check function tests
+
+## Build both packages into _output/ with the real crossplane CLI (no Docker needed):
+##   _output/configuration/modelplane-inference-cluster.xpkg  XRDs + Compositions (+ examples/)
+##   _output/function/function-inference-cluster.xpkg         Function meta only, NO runtime image
+## The Configuration's root is staged (metadata + copies of apis/ and compositions/) because xpkg build
+## takes one root directory. Release CI adds the function image, built from the Dockerfile with
+## buildx, via --embed-runtime-image-tarball; this machine has no Docker engine to build it.
+PKG_OUT := $(CURDIR)/_output
+
+package: $(CROSSPLANE)
+	rm -rf $(PKG_OUT)/configuration $(PKG_OUT)/function
+	mkdir -p $(PKG_OUT)/configuration $(PKG_OUT)/function
+	cp package/configuration/crossplane.yaml $(PKG_OUT)/configuration/
+	cp -R apis compositions $(PKG_OUT)/configuration/
+	$(CROSSPLANE) xpkg build --package-root=$(PKG_OUT)/configuration --examples-root=$(CURDIR)/examples \
+		--package-file=$(PKG_OUT)/configuration/modelplane-inference-cluster.xpkg
+	$(CROSSPLANE) xpkg build --package-root=package --ignore='configuration/*' \
+		--examples-root=$(PKG_OUT)/function/no-examples \
+		--package-file=$(PKG_OUT)/function/function-inference-cluster.xpkg
 
 clean:
 	rm -rf $(VENV) .tools _output
