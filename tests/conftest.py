@@ -14,8 +14,8 @@ APIS = ROOT / "apis"
 EXAMPLES = ROOT / "examples"
 COMPOSITIONS = ROOT / "compositions"
 
-# Crossplane always adds its own image as a validate dependency; we pre-seed that cache entry with the
-# Crossplane core CRDs from ../shared/crds so validate never reaches for a registry.
+# Crossplane always adds its own image as a validate dependency; we pre-seed that cache entry with
+# the Crossplane core CRDs from ../shared/crds so validate never reaches for a registry.
 CROSSPLANE_IMAGE = "xpkg.crossplane.io/crossplane/crossplane:v2.3.4"
 
 

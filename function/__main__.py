@@ -1,0 +1,3 @@
+from function.main import cli
+
+cli(prog_name="function")

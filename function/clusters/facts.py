@@ -1,0 +1,19 @@
+"""What a cluster renderer tells the rest of the composition about the cluster it rendered."""
+
+from dataclasses import dataclass, field
+
+from function.output import Desired, Result
+
+
+@dataclass
+class ClusterFacts:
+    resources: dict[str, Desired] = field(default_factory=dict)
+    results: list[Result] = field(default_factory=list)
+    # The cluster exists and the ProviderConfigs below can reach it.
+    ready: bool = False
+    reason: str = "Provisioning"
+    message: str | None = None
+    provider_config: str | None = None
+    storage_class: str | None = None
+    # False when an input was missing: resources already observed must be kept as they are.
+    complete: bool = True

@@ -1,0 +1,123 @@
+"""Composition of both kinds, from typed inputs to an Output. No protobuf in here.
+
+Safety rule: Crossplane deletes whatever a successful run stops returning. When an input is missing
+for a moment (a class deleted, a requirement not answered yet, a source not built), every resource
+already observed is returned again as it is, so only a change of spec can remove a resource.
+"""
+
+from function import clusters, serving, status
+from function.inputs import (
+    Classes,
+    Inputs,
+    Observed,
+    ObservedResource,
+    class_requirements,
+    parse_class,
+    parse_cluster,
+    resolve_classes,
+)
+from function.output import Condition, Desired, Output, Result
+
+# Metadata Crossplane or the API server own; carrying them forward would fight them.
+_OWNED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def compose_class(body: dict) -> Output:
+    """An InferenceClass has no children: it is valid (and ready) or it is a Fatal error."""
+    cls = parse_class(body)
+    devices = ", ".join(
+        f"{d.name} x{d.count} ({d.claim} {d.device_class_name or d.driver})"
+        for d in cls.spec.devices
+    )
+    return Output(
+        conditions=[Condition("Accepted", True, "ValidDevices", f"devices: {devices}")],
+        ready=True,
+    )
+
+
+def compose_cluster(body: dict, required: dict[str, list[dict]], observed: Observed) -> Output:
+    xr = parse_cluster(body)
+    inputs = Inputs(xr=xr, classes=resolve_classes(xr, required), observed=observed)
+
+    cluster = clusters.render(inputs)
+    resources = {**cluster.resources, **serving.render(inputs, cluster)}
+    complete = cluster.complete and inputs.classes.complete
+    if not complete:
+        resources = {**carry_forward(observed, resources), **resources}
+
+    return Output(
+        resources=dict(sorted(resources.items())),
+        status=status.render(inputs, cluster),
+        conditions=[cluster_condition(cluster), classes_condition(inputs.classes)],
+        results=cluster.results + class_results(inputs.classes),
+        requirements=class_requirements(xr, required),
+        ready=None if complete and cluster.ready else False,
+    )
+
+
+def carry_forward(observed: Observed, desired: dict[str, Desired]) -> dict[str, Desired]:
+    """Observed resources this run could not render, returned unchanged so none is deleted."""
+    return {
+        key: Desired(body=_as_desired(res.body), ready=_carried_ready(res))
+        for key, res in observed.resources.items()
+        if key not in desired
+    }
+
+
+def _as_desired(body: dict) -> dict:
+    meta = body.get("metadata", {})
+    keep: dict = {"name": meta.get("name")}
+    if meta.get("namespace"):
+        keep["namespace"] = meta["namespace"]
+    if meta.get("labels"):
+        keep["labels"] = meta["labels"]
+    annotations = {
+        k: v for k, v in meta.get("annotations", {}).items() if k not in _OWNED_ANNOTATIONS
+    }
+    if annotations:
+        keep["annotations"] = annotations
+    out = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": keep}
+    if "spec" in body:
+        out["spec"] = body["spec"]
+    return out
+
+
+def _carried_ready(res: ObservedResource) -> bool:
+    # ProviderConfigs have no Ready condition; existing is all they need.
+    return res.ready or str(res.body.get("kind", "")).endswith("ProviderConfig")
+
+
+def cluster_condition(cluster: clusters.ClusterFacts) -> Condition:
+    return Condition("ClusterReady", cluster.ready, cluster.reason, cluster.message)
+
+
+def classes_condition(classes: Classes) -> Condition:
+    if classes.pending:
+        return Condition("ClassesResolved", False, "Fetching", "waiting for InferenceClasses")
+    problems = [f'InferenceClass "{c}" not found' for c in classes.missing]
+    problems += [f'InferenceClass "{c}" is invalid: {why}' for c, why in classes.invalid.items()]
+    if problems:
+        reason = "ClassNotFound" if classes.missing else "InvalidClass"
+        return Condition("ClassesResolved", False, reason, "; ".join(problems))
+    return Condition("ClassesResolved", True, "Resolved", None)
+
+
+def class_results(classes: Classes) -> list[Result]:
+    results = [
+        Result(
+            "Warning",
+            f'InferenceClass "{c}" named by spec.nodePools[].className not found; '
+            "its pools keep their current resources until it exists",
+            reason="ClassNotFound",
+        )
+        for c in classes.missing
+    ]
+    results += [
+        Result(
+            "Warning",
+            f'InferenceClass "{c}" named by spec.nodePools[].className is invalid: {why}',
+            reason="InvalidClass",
+        )
+        for c, why in classes.invalid.items()
+    ]
+    return results

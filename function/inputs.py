@@ -1,0 +1,129 @@
+"""Typed inputs of one InferenceCluster reconcile: the XR, its classes and what is observed.
+
+Built from plain dicts (fn.py decodes the protobuf request), so everything downstream is pure.
+"""
+
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from function import names
+from function.models import InferenceClass, InferenceCluster
+from function.output import BadInput, Requirement
+
+
+@dataclass(frozen=True)
+class ObservedResource:
+    body: dict
+
+    @property
+    def ready(self) -> bool:
+        """Crossplane's own readiness: a Ready=True condition on the managed resource."""
+        conditions = self.body.get("status", {}).get("conditions", [])
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+@dataclass(frozen=True)
+class Observed:
+    resources: dict[str, ObservedResource] = field(default_factory=dict)
+    status: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Classes:
+    """The InferenceClasses the pools name, and the ones not usable this time."""
+
+    resolved: dict[str, InferenceClass]
+    missing: tuple[str, ...] = ()
+    invalid: dict[str, str] = field(default_factory=dict)
+    # Requirements not answered yet (first call of a dynamic fetch): nothing to report about them.
+    pending: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return not (self.missing or self.invalid or self.pending)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    xr: InferenceCluster
+    classes: Classes
+    observed: Observed
+
+
+def field_path(loc: tuple) -> str:
+    """('spec', 'nodePools', 0, 'name') -> spec.nodePools[0].name"""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def describe(error: ValidationError, prefix: str = "") -> str:
+    """One line per problem, naming the field and the value it had."""
+    lines = []
+    for e in error.errors(include_url=False):
+        where = field_path((prefix, *e["loc"]) if prefix else e["loc"]) or prefix or "object"
+        got = e.get("input")
+        value = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+        lines.append(f"{where}: {e['msg']}{value}")
+    return "; ".join(lines)
+
+
+def parse_cluster(body: dict) -> InferenceCluster:
+    try:
+        return InferenceCluster.model_validate(body)
+    except ValidationError as e:
+        raise BadInput(f"invalid InferenceCluster: {describe(e)}") from None
+
+
+def parse_class(body: dict) -> InferenceClass:
+    try:
+        return InferenceClass.model_validate(body)
+    except ValidationError as e:
+        raise BadInput(f"invalid InferenceClass: {describe(e)}") from None
+
+
+def class_requirements(
+    xr: InferenceCluster, required: dict[str, list[dict]]
+) -> dict[str, Requirement]:
+    """Ask for each class by name, unless the Composition already hands over all of them."""
+    if names.ALL_CLASSES_REQUIREMENT in required:
+        return {}
+    return {
+        names.class_requirement(c): Requirement(names.API_VERSION, names.INFERENCE_CLASS, c)
+        for c in xr.spec.class_names
+    }
+
+
+def resolve_classes(xr: InferenceCluster, required: dict[str, list[dict]]) -> Classes:
+    """Match each pool's className against the fetched InferenceClasses."""
+    if names.ALL_CLASSES_REQUIREMENT in required:
+        by_name = {
+            c.get("metadata", {}).get("name"): c for c in required[names.ALL_CLASSES_REQUIREMENT]
+        }
+        pending = False
+    else:
+        by_name = {}
+        pending = False
+        for c in xr.spec.class_names:
+            key = names.class_requirement(c)
+            if key not in required:
+                pending = True
+            for item in required.get(key, []):
+                by_name[c] = item
+    resolved: dict[str, InferenceClass] = {}
+    missing: list[str] = []
+    invalid: dict[str, str] = {}
+    for c in xr.spec.class_names:
+        body = by_name.get(c)
+        if body is None:
+            missing.append(c)
+            continue
+        try:
+            resolved[c] = InferenceClass.model_validate(body)
+        except ValidationError as e:
+            invalid[c] = describe(e)
+    if pending:
+        missing = []
+    return Classes(resolved=resolved, missing=tuple(missing), invalid=invalid, pending=pending)

@@ -1,0 +1,55 @@
+"""Plain values the renderers return. fn.py alone turns them into protobuf."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Severity = Literal["Normal", "Warning", "Fatal"]
+
+
+@dataclass(frozen=True)
+class Desired:
+    """A composed resource and whether Crossplane may count it as ready."""
+
+    body: dict
+    ready: bool = False
+
+
+@dataclass(frozen=True)
+class Result:
+    severity: Severity
+    message: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: bool
+    reason: str
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A required resource, fetched by name (or every one of the kind when name is None)."""
+
+    api_version: str
+    kind: str
+    name: str | None = None
+
+
+@dataclass
+class Output:
+    """Everything one RunFunction call answers for a composite."""
+
+    resources: dict[str, Desired] = field(default_factory=dict)
+    status: dict = field(default_factory=dict)
+    conditions: list[Condition] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+    requirements: dict[str, Requirement] = field(default_factory=dict)
+    # None leaves XR readiness to Crossplane (all composed resources ready).
+    ready: bool | None = None
+
+
+class BadInput(Exception):  # noqa: N818 - it is input, not an error of ours
+    """Input the function cannot compose from; answered with a Fatal result naming the field."""

@@ -1,0 +1,71 @@
+"""ClusterProviderConfigs that reach a workload cluster, for provider-kubernetes and provider-helm.
+
+Every source ends here: a provisioned cloud once its kubeconfig Secret exists, Existing at once.
+They are cluster-scoped so ModelReplicas in any team namespace can compose through them.
+"""
+
+from dataclasses import dataclass
+
+from function import names
+from function.output import Desired, Result
+from function.versions import IDENTITY_TYPES
+
+API_VERSIONS = {
+    "kubernetes": names.KUBERNETES_PROVIDER_CONFIG_API,
+    "helm": names.HELM_PROVIDER_CONFIG_API,
+}
+
+
+@dataclass(frozen=True)
+class SecretKey:
+    """A key of a Secret in modelplane-system (credentials are never read, only referenced)."""
+
+    name: str
+    key: str
+    namespace: str = names.SYSTEM_NAMESPACE
+
+    def ref(self) -> dict:
+        return {"namespace": self.namespace, "name": self.name, "key": self.key}
+
+
+@dataclass(frozen=True)
+class Identity:
+    type: str
+    secret: SecretKey
+
+
+def render(
+    name: str, kubeconfig: SecretKey, identity: Identity | None = None
+) -> tuple[dict[str, Desired], list[Result]]:
+    """Both ClusterProviderConfigs; a provider that cannot take the identity gets a Warning."""
+    resources: dict[str, Desired] = {}
+    results: list[Result] = []
+    for provider, api_version in API_VERSIONS.items():
+        spec: dict = {"credentials": {"source": "Secret", "secretRef": kubeconfig.ref()}}
+        if identity is not None:
+            if identity.type in IDENTITY_TYPES[provider]:
+                spec["identity"] = {
+                    "type": identity.type,
+                    "source": "Secret",
+                    "secretRef": identity.secret.ref(),
+                }
+            else:
+                results.append(
+                    Result(
+                        "Warning",
+                        f"provider-{provider} does not support identity type {identity.type}; "
+                        f"its ClusterProviderConfig {name} authenticates with the kubeconfig alone",
+                        reason="UnsupportedIdentity",
+                    )
+                )
+        resources[f"provider-config-{provider}"] = Desired(
+            body={
+                "apiVersion": api_version,
+                "kind": names.CLUSTER_PROVIDER_CONFIG,
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+            # A ProviderConfig has no Ready condition: it is usable as soon as it exists.
+            ready=True,
+        )
+    return resources, results

@@ -1,0 +1,53 @@
+"""Render a bundled example with the real `crossplane render` against the running function.
+
+python -m tests.tools.render existing [-- extra crossplane render flags]
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.tools.server import ROOT, function_server
+
+COMPOSITION = ROOT / "compositions" / "inferenceclusters.yaml"
+FUNCTIONS = ROOT / "examples" / "functions.yaml"
+
+
+def crossplane_bin() -> str:
+    return os.environ.get("CROSSPLANE") or str(ROOT / ".tools" / "bin" / "crossplane")
+
+
+def render_args(target: str, example: Path, *extra: str) -> list[str]:
+    """The crossplane render command line for one example directory."""
+    args = [
+        crossplane_bin(),
+        "render",
+        str(example / "inferencecluster.yaml"),
+        str(COMPOSITION),
+        str(FUNCTIONS),
+        f"--required-resources={example / 'inferenceclasses.yaml'}",
+        f"--xrd={ROOT / 'apis' / 'inferenceclusters' / 'definition.yaml'}",
+        "--include-function-results",
+        f"--function-annotations=render.crossplane.io/runtime-development-target={target}",
+    ]
+    observed = example / "observed.yaml"
+    if observed.exists():
+        args.append(f"--observed-resources={observed}")
+    return [*args, *extra]
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    example = ROOT / "examples" / argv[0]
+    if not (example / "inferencecluster.yaml").is_file():
+        print(f"no example {argv[0]!r} under examples/", file=sys.stderr)
+        return 2
+    with function_server() as target:
+        return subprocess.run(render_args(target, example, *argv[1:]), check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
