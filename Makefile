@@ -5,15 +5,17 @@ VENV       := .venv
 BIN        := $(VENV)/bin
 TOOLS_BIN  := $(CURDIR)/.tools/bin
 CROSSPLANE := $(TOOLS_BIN)/crossplane
+CELCOST    := $(TOOLS_BIN)/celcost
 CRDS_DIR   ?= $(abspath $(CURDIR)/../shared/crds)
 EXAMPLE    ?= existing
 
 export CRDS_DIR
 export CROSSPLANE
+export CELCOST
 
 .PHONY: setup render test lint bench clean package
 
-setup: $(VENV)/.stamp $(CROSSPLANE)
+setup: $(VENV)/.stamp $(CROSSPLANE) $(CELCOST)
 
 $(VENV)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +28,11 @@ $(VENV)/.stamp: pyproject.toml
 $(CROSSPLANE): tests/tools/crank/go.mod tests/tools/crank/go.sum
 	mkdir -p $(TOOLS_BIN)
 	cd tests/tools/crank && go build -o $(CROSSPLANE) github.com/crossplane/crossplane/v2/cmd/crank
+
+# The CEL cost checker: an XRD through Crossplane's xcrd and the API server's CRD validation (pinned the same way).
+$(CELCOST): tests/tools/celcost/go.mod tests/tools/celcost/go.sum tests/tools/celcost/main.go
+	mkdir -p $(TOOLS_BIN)
+	cd tests/tools/celcost && go build -o $(CELCOST) .
 
 ## Render a bundled example (EXAMPLE=existing|gke|eks|aks|nebius|vultr) with the real crossplane CLI.
 render: setup
