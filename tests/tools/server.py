@@ -30,15 +30,15 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> N
 
 
 @contextlib.contextmanager
-def function_server(*extra_args: str) -> Iterator[str]:
-    """Yield the gRPC target of a function started as `python -m function --insecure`."""
+def function_server(*extra_args: str, insecure: bool = True) -> Iterator[str]:
+    """Yield the gRPC target of a function started as `python -m function [--insecure]`."""
     port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "function",
-            "--insecure",
+            *(["--insecure"] if insecure else []),
             f"--address=127.0.0.1:{port}",
             *extra_args,
         ],

@@ -1,0 +1,192 @@
+"""End to end with the real CLI: `crossplane render` of every example against the running function,
+golden files of what it renders, and `crossplane beta validate` of every rendered resource against
+the XRDs and the real provider CRDs in ../shared/crds.
+
+Regenerate the golden files deliberately, then review the diff:  UPDATE_GOLDEN=1 make test
+"""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.builders import example
+from tests.conftest import APIS, CROSSPLANE_IMAGE, EXAMPLES, ROOT, crd_files
+from tests.tools.render import render_args
+from tests.tools.server import function_server
+
+SOURCES = ["existing", "gke", "eks", "aks", "nebius", "vultr"]
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+# Kinds without a CRD anywhere (core Kubernetes); the only schemas validate may miss. None is
+# composed yet; the list is here so adding one is a visible decision.
+CORE_KINDS_WITHOUT_CRD: set[tuple[str, str]] = {("v1", "Secret"), ("v1", "ConfigMap")}
+
+
+@pytest.fixture(scope="module")
+def target():
+    with function_server() as t:
+        yield t
+
+
+def render(crossplane: str, target: str, example: Path, *extra: str) -> list[dict]:
+    args = render_args(target, example, "--include-full-xr", *extra)
+    args[0] = crossplane
+    proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, f"crossplane render failed:\n{proc.stderr}"
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def split(docs: list[dict]) -> tuple[dict, dict[str, dict], list[dict]]:
+    """(the XR, composed resources by composition-resource-name, function results)."""
+    xr = docs[0]
+    results = [d for d in docs if d["kind"] == "Result"]
+    composed = {
+        d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d
+        for d in docs[1:]
+        if d["kind"] != "Result"
+    }
+    return xr, composed, results
+
+
+def check_golden(name: str, docs: list[dict]) -> None:
+    text = yaml.safe_dump_all(docs, sort_keys=True)
+    path = GOLDEN / f"{name}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}; run with UPDATE_GOLDEN=1 and review it"
+    assert text == path.read_text(), f"{name} differs from {path}; UPDATE_GOLDEN=1 to accept"
+
+
+@pytest.fixture(scope="module")
+def rendered(crossplane, target, tmp_path_factory) -> dict[str, list[dict]]:
+    """Every example rendered once, plus the Existing second pass with its first pass observed."""
+    out = {s: render(crossplane, target, EXAMPLES / s) for s in SOURCES}
+    _, composed, _ = split(out["existing"])
+    observed = tmp_path_factory.mktemp("observed") / "observed.yaml"
+    observed.write_text(yaml.safe_dump_all(list(composed.values())))
+    out["existing-second-pass"] = render(
+        crossplane, target, EXAMPLES / "existing", f"--observed-resources={observed}"
+    )
+    # The class is gone for a moment: everything observed must still be rendered.
+    no_classes = tmp_path_factory.mktemp("none") / "none.yaml"
+    no_classes.write_text("")
+    args_without_classes = [
+        f"--required-resources={no_classes}",
+        f"--observed-resources={observed}",
+    ]
+    out["existing-class-deleted"] = render(
+        crossplane, target, EXAMPLES / "existing", *args_without_classes
+    )
+    return out
+
+
+def test_existing_renders_provider_configs_and_status(rendered):
+    xr, composed, results = split(rendered["existing"])
+    assert sorted(composed) == ["provider-config-helm", "provider-config-kubernetes"]
+    assert {composed[k]["kind"] for k in composed} == {"ClusterProviderConfig"}
+    status = xr["status"]
+    assert (
+        status["providerConfigRef"]["name"] == composed["provider-config-helm"]["metadata"]["name"]
+    )
+    assert status["namespace"] == "modelplane-system"
+    assert status["cache"] == {"storageClassName": "weka-rwx"}
+    assert status["gpuPools"][0]["name"] == "gpu-h100"
+    assert status["gpuPools"][0]["nodes"] == 2
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {"Ready": "True", "ClusterReady": "True", "ClassesResolved": "True"}
+    assert results == []
+
+
+def test_existing_second_pass_installs_cert_manager(rendered):
+    xr, composed, _ = split(rendered["existing-second-pass"])
+    release = composed["release-cert-manager"]
+    assert release["spec"]["forProvider"]["chart"]["name"] == "cert-manager"
+    assert release["metadata"]["namespace"] == "modelplane-system"
+    # The Release is not ready until its observed Ready condition says so.
+    ready = next(c for c in xr["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"
+
+
+def test_a_deleted_class_drops_nothing(rendered):
+    _, before, _ = split(rendered["existing"])
+    xr, after, results = split(rendered["existing-class-deleted"])
+    assert set(after) >= set(before)
+    assert [r["severity"] for r in results] == ["SEVERITY_WARNING"]
+    assert 'InferenceClass "h100-8x-byo"' in results[0]["message"]
+    classes = next(c for c in xr["status"]["conditions"] if c["type"] == "ClassesResolved")
+    assert (classes["status"], classes["reason"]) == ("False", "ClassNotFound")
+
+
+@pytest.mark.parametrize("source", [s for s in SOURCES if s != "existing"])
+def test_clouds_not_built_yet_say_so(rendered, source):
+    xr, composed, results = split(rendered[source])
+    assert composed == {}
+    assert [r["severity"] for r in results] == ["SEVERITY_WARNING"]
+    assert "is not built by this function version yet" in results[0]["message"]
+    assert xr["status"]["gpuPools"][0]["name"]
+    ready = next(c for c in xr["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"
+
+
+def test_inference_class_renders_accepted(crossplane, target, tmp_path):
+    _, classes = example("existing")
+    xr = tmp_path / "class.yaml"
+    xr.write_text(yaml.safe_dump(classes[0]))
+    args = [
+        crossplane,
+        "render",
+        str(xr),
+        str(ROOT / "compositions" / "inferenceclasses.yaml"),
+        str(EXAMPLES / "functions.yaml"),
+        f"--function-annotations=render.crossplane.io/runtime-development-target={target}",
+    ]
+    proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [out] = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in out["status"]["conditions"]}
+    assert conditions == {"Ready": ("True", "Available"), "Accepted": ("True", "ValidDevices")}
+
+
+@pytest.mark.parametrize("name", [*SOURCES, "existing-second-pass", "existing-class-deleted"])
+def test_golden(rendered, name):
+    check_golden(name, rendered[name])
+
+
+def test_everything_rendered_validates_against_the_real_schemas(
+    crossplane, validate_cache, rendered, tmp_path
+):
+    docs = [
+        d
+        for name in sorted(rendered)
+        for d in rendered[name]
+        if d["kind"] != "Result" and (d["apiVersion"], d["kind"]) not in CORE_KINDS_WITHOUT_CRD
+    ]
+    # The same composed resource appears in several passes; validate each distinct body once.
+    unique = {yaml.safe_dump(d, sort_keys=True): d for d in docs}
+    resources = tmp_path / "rendered.yaml"
+    resources.write_text(yaml.safe_dump_all(list(unique.values())))
+    extensions = ",".join([str(APIS), *(str(p) for p in crd_files())])
+    proc = subprocess.run(
+        [
+            crossplane,
+            "beta",
+            "validate",
+            f"--cache-dir={validate_cache}",
+            f"--crossplane-image={CROSSPLANE_IMAGE}",
+            "--error-on-missing-schemas",
+            extensions,
+            str(resources),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    report = proc.stdout + proc.stderr
+    assert proc.returncode == 0, report
+    assert f"Total {len(unique)} resources: 0 missing schemas" in report
+    assert "0 failure cases" in report

@@ -1,0 +1,293 @@
+"""Composing an Existing InferenceCluster, and the rules that keep resources alive."""
+
+import copy
+
+import pytest
+
+from function.compose import compose_class, compose_cluster
+from function.inputs import Observed, ObservedResource
+from function.names import provider_config_name
+from function.output import BadInput
+from tests.builders import all_classes, example, ready
+
+PC = provider_config_name("byo-us-east")
+
+
+def observe(resources: dict, status: dict | None = None) -> Observed:
+    return Observed(
+        resources={k: ObservedResource(v) for k, v in resources.items()}, status=status or {}
+    )
+
+
+def first_pass():
+    xr, classes = example("existing")
+    return xr, classes, compose_cluster(xr, all_classes(classes), Observed())
+
+
+def test_first_pass_composes_both_provider_configs_from_the_kubeconfig_secret():
+    _, _, out = first_pass()
+    assert sorted(out.resources) == ["provider-config-helm", "provider-config-kubernetes"]
+    kube = out.resources["provider-config-kubernetes"]
+    assert kube.ready
+    assert kube.body == {
+        "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+        "kind": "ClusterProviderConfig",
+        "metadata": {"name": PC},
+        "spec": {
+            "credentials": {
+                "source": "Secret",
+                "secretRef": {
+                    "namespace": "modelplane-system",
+                    "name": "byo-cluster-kubeconfig",
+                    "key": "kubeconfig",
+                },
+            },
+            "identity": {
+                "type": "GoogleApplicationCredentials",
+                "source": "Secret",
+                "secretRef": {
+                    "namespace": "modelplane-system",
+                    "name": "byo-cluster-gcp-sa",
+                    "key": "private_key",
+                },
+            },
+        },
+    }
+    helm = out.resources["provider-config-helm"].body
+    assert helm["apiVersion"] == "helm.m.crossplane.io/v1beta1"
+    assert helm["spec"] == kube.body["spec"]
+    assert out.results == []
+    assert out.ready is None  # Crossplane derives readiness: every composed resource is ready
+
+
+def test_status_of_an_existing_cluster():
+    _, _, out = first_pass()
+    assert out.status == {
+        "namespace": "modelplane-system",
+        "providerConfigRef": {"name": PC},
+        "cache": {"storageClassName": "weka-rwx"},
+        "gpuPools": [
+            {
+                "name": "gpu-h100",
+                "nodes": 2,
+                "devices": [
+                    {
+                        "name": "gpu",
+                        "claim": "DRA",
+                        "driver": "gpu.nvidia.com",
+                        "deviceClassName": "gpu.nvidia.com",
+                        "count": 8,
+                        "attributes": {
+                            "architecture": {"string": "Hopper"},
+                            "cudaComputeCapability": {"version": "9.0.0"},
+                        },
+                        "capacity": {"memory": {"value": "81559Mi"}},
+                    },
+                    {
+                        "name": "nic",
+                        "claim": "Synthetic",
+                        "driver": "nic.nvidia.com",
+                        "count": 8,
+                        "attributes": {"linkType": {"string": "infiniband"}},
+                    },
+                ],
+            }
+        ],
+    }
+    conditions = {c.type: c for c in out.conditions}
+    assert conditions["ClusterReady"].status is True
+    assert conditions["ClassesResolved"].status is True
+
+
+def test_autoscaling_pool_reports_its_ceiling():
+    xr, classes = example("existing")
+    xr["spec"]["nodePools"][0].update(nodeCount=1, minNodeCount=1, maxNodeCount=6)
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    assert out.status["gpuPools"][0]["nodes"] == 6
+
+
+def test_minimal_existing_cluster_without_identity_or_cache():
+    xr, classes = example("existing")
+    existing = xr["spec"]["cluster"]["existing"]
+    del existing["identitySecretRef"], existing["cache"]
+    del existing["secretRef"]["key"]
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    spec = out.resources["provider-config-kubernetes"].body["spec"]
+    assert "identity" not in spec
+    assert spec["credentials"]["secretRef"]["key"] == "kubeconfig"  # the XRD's default
+    assert "cache" not in out.status
+
+
+def test_nebius_identity_is_only_given_to_the_provider_that_supports_it():
+    xr, classes = example("existing")
+    xr["spec"]["cluster"]["existing"]["identitySecretRef"] = {
+        "name": "nebius-sa",
+        "key": "credentials.json",
+        "type": "NebiusServiceAccountCredentials",
+    }
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    assert out.resources["provider-config-helm"].body["spec"]["identity"] == {
+        "type": "NebiusServiceAccountCredentials",
+        "source": "Secret",
+        "secretRef": {
+            "namespace": "modelplane-system",
+            "name": "nebius-sa",
+            "key": "credentials.json",
+        },
+    }
+    assert "identity" not in out.resources["provider-config-kubernetes"].body["spec"]
+    [warning] = out.results
+    assert warning.severity == "Warning"
+    assert "provider-kubernetes does not support identity type NebiusServiceAccountCredentials" in (
+        warning.message
+    )
+
+
+def test_cert_manager_waits_for_observed_provider_configs_then_is_kept():
+    xr, classes, out = first_pass()
+    assert "release-cert-manager" not in out.resources
+    observed = {k: d.body for k, d in out.resources.items()}
+    second = compose_cluster(xr, all_classes(classes), observe(observed))
+    release = second.resources["release-cert-manager"]
+    assert not release.ready
+    assert release.body["spec"]["providerConfigRef"] == {
+        "kind": "ClusterProviderConfig",
+        "name": PC,
+    }
+    assert release.body["metadata"]["namespace"] == "modelplane-system"
+    assert release.body["spec"]["forProvider"]["chart"]["name"] == "cert-manager"
+
+    # Ready once observed Ready; kept even when the ProviderConfigs vanish from observed state.
+    third = compose_cluster(
+        xr, all_classes(classes), observe({"release-cert-manager": ready(release.body)})
+    )
+    assert third.resources["release-cert-manager"].ready
+
+
+def test_missing_class_is_reported_and_drops_nothing():
+    xr, classes = example("existing")
+    first = compose_cluster(xr, all_classes(classes), Observed())
+    observed = observe({k: ready(d.body) for k, d in first.resources.items()}, status=first.status)
+    # The class is deleted for a moment.
+    out = compose_cluster(xr, all_classes([]), observed)
+    assert set(out.resources) >= set(first.resources)
+    assert out.status["gpuPools"] == first.status["gpuPools"]  # kept, not emptied
+    assert out.ready is False
+    [warning] = out.results
+    assert warning.severity == "Warning"
+    assert 'InferenceClass "h100-8x-byo"' in warning.message
+    condition = next(c for c in out.conditions if c.type == "ClassesResolved")
+    assert (condition.status, condition.reason) == (False, "ClassNotFound")
+    assert "h100-8x-byo" in condition.message
+
+
+def test_missing_class_carries_forward_resources_it_cannot_render():
+    xr, classes = example("existing")
+    stranger = {
+        "apiVersion": "helm.m.crossplane.io/v1beta1",
+        "kind": "Release",
+        "metadata": {
+            "name": "byo-us-east-something-12345",
+            "namespace": "modelplane-system",
+            "annotations": {"crossplane.io/external-name": "mp-something"},
+            "uid": "abc",
+            "resourceVersion": "7",
+        },
+        "spec": {"forProvider": {"chart": {"name": "something"}}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    out = compose_cluster(xr, all_classes([]), observe({"release-something": stranger}))
+    carried = out.resources["release-something"]
+    assert carried.ready
+    assert carried.body == {
+        "apiVersion": "helm.m.crossplane.io/v1beta1",
+        "kind": "Release",
+        "metadata": {
+            "name": "byo-us-east-something-12345",
+            "namespace": "modelplane-system",
+            "annotations": {"crossplane.io/external-name": "mp-something"},
+        },
+        "spec": {"forProvider": {"chart": {"name": "something"}}},
+    }
+
+
+def test_a_complete_render_drops_what_the_spec_no_longer_asks_for():
+    xr, classes = example("existing")
+    stale = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old"}}
+    out = compose_cluster(xr, all_classes(classes), observe({"old-thing": stale}))
+    assert "old-thing" not in out.resources
+
+
+def test_invalid_class_is_reported_like_a_missing_one():
+    xr, classes = example("existing")
+    broken = copy.deepcopy(classes)
+    del broken[0]["spec"]["devices"][0]["deviceClassName"]
+    out = compose_cluster(xr, all_classes(broken), Observed())
+    [warning] = out.results
+    assert "is invalid" in warning.message
+    assert "deviceClassName is required when claim is DRA" in warning.message
+    assert out.ready is False
+
+
+def test_classes_are_asked_for_by_name_without_a_bootstrap_requirement():
+    xr, classes = example("existing")
+    first = compose_cluster(xr, {}, Observed())
+    assert {k: (r.kind, r.name) for k, r in first.requirements.items()} == {
+        "class-h100-8x-byo": ("InferenceClass", "h100-8x-byo")
+    }
+    assert first.results == []  # not answered yet: nothing to warn about
+    assert next(c for c in first.conditions if c.type == "ClassesResolved").reason == "Fetching"
+
+    second = compose_cluster(xr, {"class-h100-8x-byo": classes}, Observed())
+    assert second.requirements == first.requirements  # stable, so Crossplane stops iterating
+    assert second.status["gpuPools"][0]["name"] == "gpu-h100"
+
+    gone = compose_cluster(xr, {"class-h100-8x-byo": []}, Observed())
+    assert [r.reason for r in gone.results] == ["ClassNotFound"]
+
+
+def test_bootstrap_requirement_means_no_dynamic_requirements():
+    xr, classes, out = first_pass()
+    assert out.requirements == {}
+
+
+@pytest.mark.parametrize("source", ["gke", "eks", "aks", "nebius", "vultr"])
+def test_unbuilt_sources_warn_and_keep_what_exists(source):
+    xr, classes = example(source)
+    keep = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kept"}}
+    out = compose_cluster(xr, all_classes(classes), observe({"something": keep}))
+    assert [r.reason for r in out.results] == ["SourceNotBuilt"]
+    assert f"spec.cluster.source {xr['spec']['cluster']['source']} is not built" in (
+        out.results[0].message
+    )
+    assert out.resources["something"].body == keep
+    assert out.ready is False
+    assert out.status["gpuPools"][0]["name"] == xr["spec"]["nodePools"][0]["name"]
+
+
+def test_malformed_cluster_is_bad_input():
+    xr, classes = example("existing")
+    xr["spec"]["cluster"]["source"] = "Mars"
+    with pytest.raises(BadInput, match=r"spec\.cluster\.source.*got 'Mars'"):
+        compose_cluster(xr, all_classes(classes), Observed())
+
+
+def test_inference_class_is_accepted_and_ready():
+    _, classes = example("existing")
+    out = compose_class(classes[0])
+    assert out.ready is True
+    [condition] = out.conditions
+    assert (condition.type, condition.status, condition.reason) == (
+        "Accepted",
+        True,
+        "ValidDevices",
+    )
+    assert "gpu x8 (DRA gpu.nvidia.com)" in condition.message
+    assert out.resources == {}
+
+
+def test_same_input_same_output():
+    xr, classes = example("existing")
+    assert compose_cluster(xr, all_classes(classes), Observed()) == compose_cluster(
+        copy.deepcopy(xr), all_classes(classes), Observed()
+    )
