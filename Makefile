@@ -42,6 +42,10 @@ render: setup
 test: setup
 	$(BIN)/pytest
 
+## Speed and memory of the running function against its targets (exits non-zero on a miss).
+bench: $(VENV)/.stamp
+	$(BIN)/python -m tests.tools.bench
+
 lint: setup
 	$(BIN)/ruff check function tests
 	$(BIN)/ruff format --check function tests

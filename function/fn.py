@@ -3,6 +3,8 @@
 All composition logic lives in compose.py and the renderers; this module only touches protobuf.
 """
 
+from collections.abc import Iterator, Mapping
+
 import grpc
 from crossplane.function import logging, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -55,24 +57,68 @@ def run(kind: str | None, composite: dict, req: fnv1.RunFunctionRequest) -> Outp
     if kind == names.INFERENCE_CLASS:
         return compose_class(composite)
     if kind == names.INFERENCE_CLUSTER:
-        return compose_cluster(composite, required_resources(req), observed(req, composite))
+        return compose_cluster(
+            composite, required_resources(req, composite), observed(req, composite)
+        )
     raise BadInput(f"this function composes InferenceCluster and InferenceClass, not kind {kind!r}")
 
 
-def required_resources(req: fnv1.RunFunctionRequest) -> dict[str, list[dict]]:
-    return {
-        name: [resource.struct_to_dict(item.resource) for item in resources.items]
-        for name, resources in req.required_resources.items()
-    }
+def required_resources(req: fnv1.RunFunctionRequest, composite: dict) -> dict[str, list[dict]]:
+    """Required resources as dicts; of a list of every InferenceClass, only those pools name."""
+    wanted = referenced_classes(composite)
+    out = {}
+    for name, resources in req.required_resources.items():
+        items = resources.items
+        if name == names.ALL_CLASSES_REQUIREMENT:
+            items = [i for i in items if _struct_name(i.resource) in wanted]
+        out[name] = [resource.struct_to_dict(i.resource) for i in items]
+    return out
+
+
+def referenced_classes(composite: dict) -> set[str]:
+    pools = composite.get("spec", {}).get("nodePools")
+    if not isinstance(pools, list):
+        return set()
+    return {p.get("className") for p in pools if isinstance(p, dict)} - {None}
+
+
+def _struct_name(s) -> str | None:
+    meta = s.fields.get("metadata")
+    if meta is None or not meta.HasField("struct_value"):
+        return None
+    name = meta.struct_value.fields.get("name")
+    return name.string_value if name is not None else None
+
+
+class ObservedResources(Mapping[str, ObservedResource]):
+    """Observed composed resources, converted from protobuf only when a renderer reads one."""
+
+    def __init__(self, resources) -> None:
+        self._resources = resources
+        self._cache: dict[str, ObservedResource] = {}
+
+    def __getitem__(self, key: str) -> ObservedResource:
+        if key not in self._cache:
+            if key not in self._resources:
+                raise KeyError(key)
+            self._cache[key] = ObservedResource(
+                resource.struct_to_dict(self._resources[key].resource)
+            )
+        return self._cache[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._resources
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._resources))
+
+    def __len__(self) -> int:
+        return len(self._resources)
 
 
 def observed(req: fnv1.RunFunctionRequest, composite: dict) -> Observed:
     return Observed(
-        resources={
-            key: ObservedResource(resource.struct_to_dict(r.resource))
-            for key, r in req.observed.resources.items()
-        },
-        status=composite.get("status", {}),
+        resources=ObservedResources(req.observed.resources), status=composite.get("status", {})
     )
 
 

@@ -3,6 +3,7 @@
 Built from plain dicts (fn.py decodes the protobuf request), so everything downstream is pure.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -25,7 +26,7 @@ class ObservedResource:
 
 @dataclass(frozen=True)
 class Observed:
-    resources: dict[str, ObservedResource] = field(default_factory=dict)
+    resources: Mapping[str, ObservedResource] = field(default_factory=dict)
     status: dict = field(default_factory=dict)
 
 

@@ -45,8 +45,10 @@ def main(argv: list[str]) -> int:
     if not (example / "inferencecluster.yaml").is_file():
         print(f"no example {argv[0]!r} under examples/", file=sys.stderr)
         return 2
-    with function_server() as target:
-        return subprocess.run(render_args(target, example, *argv[1:]), check=False).returncode
+    with function_server() as server:
+        return subprocess.run(
+            render_args(server.target, example, *argv[1:]), check=False
+        ).returncode
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,8 +30,13 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> N
     raise TimeoutError(f"function did not listen on 127.0.0.1:{port} within {timeout}s")
 
 
+class Server(NamedTuple):
+    target: str  # host:port, as crossplane render's development target wants it
+    pid: int
+
+
 @contextlib.contextmanager
-def function_server(*extra_args: str, insecure: bool = True) -> Iterator[str]:
+def function_server(*extra_args: str, insecure: bool = True) -> Iterator[Server]:
     """Yield the gRPC target of a function started as `python -m function [--insecure]`."""
     port = free_port()
     proc = subprocess.Popen(
@@ -49,7 +55,7 @@ def function_server(*extra_args: str, insecure: bool = True) -> Iterator[str]:
     )
     try:
         wait_for_port(port, proc)
-        yield f"127.0.0.1:{port}"
+        yield Server(f"127.0.0.1:{port}", proc.pid)
     finally:
         proc.terminate()
         try:
