@@ -32,7 +32,7 @@ def call(channel: grpc.Channel, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctio
 
 
 def test_insecure_round_trip_composes_an_existing_cluster():
-    with function_server() as target, grpc.insecure_channel(target) as channel:
+    with function_server() as server, grpc.insecure_channel(server.target) as channel:
         rsp = call(channel, request())
     assert sorted(rsp.desired.resources) == ["provider-config-helm", "provider-config-kubernetes"]
     pc = resource.struct_to_dict(rsp.desired.resources["provider-config-kubernetes"].resource)
@@ -51,7 +51,7 @@ def test_insecure_round_trip_composes_an_existing_cluster():
 def test_bad_input_is_a_fatal_result_naming_the_field_not_a_traceback():
     req = request()
     req.observed.composite.resource["spec"]["nodePools"][0]["nodeCount"] = "two"
-    with function_server() as target, grpc.insecure_channel(target) as channel:
+    with function_server() as server, grpc.insecure_channel(server.target) as channel:
         rsp = call(channel, req)
     [result] = rsp.results
     assert result.severity == fnv1.SEVERITY_FATAL
@@ -64,14 +64,14 @@ def test_bad_input_is_a_fatal_result_naming_the_field_not_a_traceback():
 def test_unknown_kind_is_fatal():
     req = fnv1.RunFunctionRequest()
     req.observed.composite.resource.update({"apiVersion": "x/v1", "kind": "Other"})
-    with function_server() as target, grpc.insecure_channel(target) as channel:
+    with function_server() as server, grpc.insecure_channel(server.target) as channel:
         rsp = call(channel, req)
     assert rsp.results[0].severity == fnv1.SEVERITY_FATAL
     assert "not kind 'Other'" in rsp.results[0].message
 
 
 def test_same_request_gives_byte_identical_desired_state():
-    with function_server() as target, grpc.insecure_channel(target) as channel:
+    with function_server() as server, grpc.insecure_channel(server.target) as channel:
         first = call(channel, request())
         second = call(channel, request())
     assert first.desired.SerializeToString(deterministic=True) == second.desired.SerializeToString(
@@ -138,7 +138,8 @@ def test_mtls_round_trip_and_a_client_without_a_certificate_is_refused(tls_dir: 
         certificate_chain=(tls_dir / "client.crt").read_bytes(),
     )
     anonymous = grpc.ssl_channel_credentials(root_certificates=ca)
-    with function_server(f"--tls-certs-dir={tls_dir}", insecure=False) as target:
+    with function_server(f"--tls-certs-dir={tls_dir}", insecure=False) as server:
+        target = server.target
         with grpc.secure_channel(target, good) as channel:
             rsp = call(channel, request())
         assert "provider-config-helm" in rsp.desired.resources

@@ -27,8 +27,8 @@ CORE_KINDS_WITHOUT_CRD: set[tuple[str, str]] = {("v1", "Secret"), ("v1", "Config
 
 @pytest.fixture(scope="module")
 def target():
-    with function_server() as t:
-        yield t
+    with function_server() as server:
+        yield server.target
 
 
 def render(crossplane: str, target: str, example: Path, *extra: str) -> list[dict]:
