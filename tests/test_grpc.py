@@ -2,6 +2,8 @@
 
 import datetime
 import ipaddress
+import subprocess
+import sys
 from pathlib import Path
 
 import grpc
@@ -29,6 +31,36 @@ def request(source: str = "existing") -> fnv1.RunFunctionRequest:
 
 def call(channel: grpc.Channel, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     return grpcv1.FunctionRunnerServiceStub(channel).RunFunction(req, timeout=10)
+
+
+def test_console_script_and_module_take_the_same_flags():
+    script = Path(sys.executable).parent / "function"
+    as_script = subprocess.run([script, "--help"], capture_output=True, text=True, check=True)
+    as_module = subprocess.run(
+        [sys.executable, "-m", "function", "--help"], capture_output=True, text=True, check=True
+    )
+    assert as_script.stdout == as_module.stdout
+    for flag in (
+        "--insecure",
+        "--tls-certs-dir",
+        "--address",
+        "--debug",
+        "--max-recv-message-size",
+    ):
+        assert flag in as_script.stdout
+
+
+def test_startup_failure_is_one_line_not_a_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "function", f"--tls-certs-dir={tmp_path}", "--address=127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    assert proc.returncode != 0
+    assert "cannot run function:" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_insecure_round_trip_composes_an_existing_cluster():

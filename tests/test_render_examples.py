@@ -165,6 +165,9 @@ def test_everything_rendered_validates_against_the_real_schemas(
         for d in rendered[name]
         if d["kind"] != "Result" and (d["apiVersion"], d["kind"]) not in CORE_KINDS_WITHOUT_CRD
     ]
+    # The example manifests themselves, as users apply them.
+    for path in sorted(EXAMPLES.glob("*/*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     # The same composed resource appears in several passes; validate each distinct body once.
     unique = {yaml.safe_dump(d, sort_keys=True): d for d in docs}
     resources = tmp_path / "rendered.yaml"
