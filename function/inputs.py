@@ -67,7 +67,8 @@ def describe(error: ValidationError, prefix: str = "") -> str:
         where = field_path((prefix, *e["loc"]) if prefix else e["loc"]) or prefix or "object"
         got = e.get("input")
         value = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
-        lines.append(f"{where}: {e['msg']}{value}")
+        message = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {message}{value}")
     return "; ".join(lines)
 
 

@@ -291,3 +291,13 @@ def test_same_input_same_output():
     assert compose_cluster(xr, all_classes(classes), Observed()) == compose_cluster(
         copy.deepcopy(xr), all_classes(classes), Observed()
     )
+
+
+def test_cluster_without_node_pools_needs_no_classes():
+    xr, _ = example("existing")
+    del xr["spec"]["nodePools"]
+    out = compose_cluster(xr, {}, Observed())
+    assert out.requirements == {}
+    assert "gpuPools" not in out.status
+    assert out.ready is None
+    assert next(c for c in out.conditions if c.type == "ClassesResolved").status is True
