@@ -38,15 +38,15 @@ $(CELCOST): tests/tools/celcost/go.mod tests/tools/celcost/go.sum tests/tools/ce
 render: setup
 	$(BIN)/python -m tests.tools.render $(EXAMPLE)
 
-## Run the whole test suite: unit, gRPC, crossplane render and beta validate end to end.
-test: setup
+## Run the whole test suite: lint, unit, gRPC, crossplane render and beta validate end to end.
+test: setup lint
 	$(BIN)/pytest
 
 ## Speed and memory of the running function against its targets (exits non-zero on a miss).
 bench: $(VENV)/.stamp
 	$(BIN)/python -m tests.tools.bench
 
-lint: setup
+lint: $(VENV)/.stamp
 	$(BIN)/ruff check function tests
 	$(BIN)/ruff format --check function tests
 

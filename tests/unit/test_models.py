@@ -134,8 +134,7 @@ def test_bad_cluster_input_names_the_field(mutate, message):
         ),
         (
             lambda s: s["devices"][0]["attributes"].update(x={"string": "a", "int": 1}),
-            "spec.devices[0].attributes.x: set exactly one of string, version, "
-            "bool or int",
+            "spec.devices[0].attributes.x: set exactly one of string, version, bool or int",
         ),
         (
             lambda s: s["devices"][0].update(count=65),
