@@ -48,6 +48,22 @@ def _unique_names(items: list[Any]) -> list[Any]:
     return items
 
 
+def _only_the_block_of(model: BaseModel, selector: str) -> None:
+    """The block named after the selected cloud (source, provider) is set, and no other one."""
+    chosen = getattr(model, selector)
+    wanted = CLOUD_BLOCKS[chosen]
+    if getattr(model, wanted) is None:
+        raise ValueError(f"{wanted} is required when {selector} is {chosen}")
+    fields = type(model).model_fields
+    others = [
+        b
+        for b in CLOUD_BLOCKS.values()
+        if b != wanted and b in fields and getattr(model, b) is not None
+    ]
+    if others:
+        raise ValueError(f"{', '.join(others)} not allowed when {selector} is {chosen}")
+
+
 class Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -130,12 +146,7 @@ class Cluster(Model):
 
     @model_validator(mode="after")
     def _one_block_for_the_source(self) -> "Cluster":
-        wanted = CLOUD_BLOCKS[self.source]
-        if getattr(self, wanted) is None:
-            raise ValueError(f"{wanted} is required when source is {self.source}")
-        others = [b for b in CLOUD_BLOCKS.values() if b != wanted and getattr(self, b) is not None]
-        if others:
-            raise ValueError(f"{', '.join(others)} not allowed when source is {self.source}")
+        _only_the_block_of(self, "source")
         return self
 
     @property
@@ -304,12 +315,7 @@ class Provisioning(Model):
 
     @model_validator(mode="after")
     def _one_block_for_the_provider(self) -> "Provisioning":
-        wanted = CLOUD_BLOCKS[self.provider]
-        others = [b for b in CLOUD_BLOCKS.values() if b != wanted and getattr(self, b, None)]
-        if getattr(self, wanted) is None:
-            raise ValueError(f"{wanted} is required when provider is {self.provider}")
-        if others:
-            raise ValueError(f"{', '.join(others)} not allowed when provider is {self.provider}")
+        _only_the_block_of(self, "provider")
         return self
 
 

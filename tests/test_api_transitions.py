@@ -10,32 +10,15 @@ A few spec-level rules that the validate table cannot isolate are evaluated here
 
 import celpy
 import pytest
-import yaml
 
-from tests.conftest import APIS
-
-XRD = APIS / "inferenceclusters" / "definition.yaml"
-
-
-def walk(schema: dict, path: str = ""):
-    """Yield (path, schema) for every node of an OpenAPI schema; arrays add [] and maps .*."""
-    yield path, schema
-    for name, sub in (schema.get("properties") or {}).items():
-        yield from walk(sub, f"{path}.{name}" if path else name)
-    if isinstance(schema.get("items"), dict):
-        yield from walk(schema["items"], f"{path}[]")
-    if isinstance(schema.get("additionalProperties"), dict):
-        yield from walk(schema["additionalProperties"], f"{path}.*")
+from tests.xrds import cel_rules
 
 
 def rules(predicate) -> dict[str, list[dict]]:
-    xrd = yaml.safe_load(XRD.read_text())
-    (version,) = xrd["spec"]["versions"]
     found: dict[str, list[dict]] = {}
-    for path, node in walk(version["schema"]["openAPIV3Schema"]):
-        for rule in node.get("x-kubernetes-validations", []):
-            if predicate(rule["rule"]):
-                found.setdefault(path, []).append(rule)
+    for path, rule in cel_rules("InferenceCluster"):
+        if predicate(rule["rule"]):
+            found.setdefault(path, []).append(rule)
     return found
 
 

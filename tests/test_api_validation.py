@@ -22,15 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import APIS, CROSSPLANE_IMAGE, ROOT
+from tests.xrds import XRDS, cel_rules
 
 API_VERSION = "modelplane.ai/v1alpha1"
-XRDS = {
-    "InferenceCluster": APIS / "inferenceclusters" / "definition.yaml",
-    "InferenceClass": APIS / "inferenceclasses" / "definition.yaml",
-}
 
 DROP = object()  # a value that removes its key from the base
 
@@ -855,24 +851,6 @@ def test_valid_resource_is_accepted(validated, case: Case):
     )
 
 
-def walk_rules(schema: dict, path: str = ""):
-    """Yield (path, rule) for every x-kubernetes-validations rule in an OpenAPI schema."""
-    for rule in schema.get("x-kubernetes-validations", []):
-        yield path, rule
-    for name, sub in (schema.get("properties") or {}).items():
-        yield from walk_rules(sub, f"{path}.{name}" if path else name)
-    if isinstance(schema.get("items"), dict):
-        yield from walk_rules(schema["items"], f"{path}[]")
-    if isinstance(schema.get("additionalProperties"), dict):
-        yield from walk_rules(schema["additionalProperties"], f"{path}.*")
-
-
-def xrd_rules(kind: str):
-    xrd = yaml.safe_load(XRDS[kind].read_text())
-    (version,) = xrd["spec"]["versions"]
-    return list(walk_rules(version["schema"]["openAPIV3Schema"]))
-
-
 @pytest.mark.parametrize("kind", XRDS)
 def test_every_cel_rule_has_a_rejecting_case(kind):
     """One case per rule: every non-transition rule's message is expected by an invalid case."""
@@ -881,7 +859,7 @@ def test_every_cel_rule_has_a_rejecting_case(kind):
         for c in (p.values[0] for p in INVALID_CLUSTERS + INVALID_CLASSES)
         if c.resource["kind"] == kind
     }
-    rules = [(path, r) for path, r in xrd_rules(kind) if "oldSelf" not in r["rule"]]
+    rules = [(path, r) for path, r in cel_rules(kind) if "oldSelf" not in r["rule"]]
     assert rules, f"no CEL rules found in {XRDS[kind]}"
     untested = [
         f"{path}: {r['message']}"
@@ -894,7 +872,7 @@ def test_every_cel_rule_has_a_rejecting_case(kind):
 @pytest.mark.parametrize("kind", XRDS)
 def test_every_cel_message_names_its_field(kind):
     """A rule's message starts with the path of the field it sits on (or one under it)."""
-    for path, r in xrd_rules(kind):
+    for path, r in cel_rules(kind):
         assert r["message"].startswith(path.removesuffix(".*")), (
             f"{path}: {r['message']!r} does not name its field"
         )

@@ -1,21 +1,12 @@
 """The pydantic models: XRD defaults, strict types, and errors that name the field and the value."""
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 from function.inputs import parse_class, parse_cluster
 from function.models import InferenceClass, InferenceCluster
 from function.output import BadInput
 from tests.builders import example
-
-APIS = Path(__file__).resolve().parents[2] / "apis"
-
-
-def xrd_schema(kind: str) -> dict:
-    doc = yaml.safe_load((APIS / kind / "definition.yaml").read_text())
-    return doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+from tests.xrds import openapi_schema
 
 
 def apply_defaults(schema: dict, value):
@@ -42,11 +33,11 @@ def apply_defaults(schema: dict, value):
 def test_model_defaults_match_the_xrd(source):
     """Parsing a raw example and its XRD-defaulted copy gives the same model."""
     xr, classes = example(source)
-    defaulted = apply_defaults(xrd_schema("inferenceclusters"), xr)
+    defaulted = apply_defaults(openapi_schema("InferenceCluster"), xr)
     assert defaulted != xr  # the walk really filled in defaults (stack, versions, credentials...)
     assert parse_cluster(xr) == parse_cluster(defaulted)
     for c in classes:
-        assert parse_class(c) == parse_class(apply_defaults(xrd_schema("inferenceclasses"), c))
+        assert parse_class(c) == parse_class(apply_defaults(openapi_schema("InferenceClass"), c))
 
 
 def test_defaults_of_a_minimal_cluster():
