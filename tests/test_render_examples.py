@@ -31,8 +31,11 @@ def target():
         yield server.target
 
 
-def render(crossplane: str, target: str, example: Path, *extra: str) -> list[dict]:
-    args = render_args(target, example, "--include-full-xr", *extra)
+def render(
+    crossplane: str, target: str, example: Path, *extra: str, composition: Path | None = None
+) -> list[dict]:
+    more = {"composition": composition} if composition else {}
+    args = render_args(target, example, "--include-full-xr", *extra, **more)
     args[0] = crossplane
     proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, f"crossplane render failed:\n{proc.stderr}"
@@ -119,6 +122,19 @@ def test_a_deleted_class_drops_nothing(rendered):
     assert 'InferenceClass "h100-8x-byo"' in results[0]["message"]
     classes = next(c for c in xr["status"]["conditions"] if c["type"] == "ClassesResolved")
     assert (classes["status"], classes["reason"]) == ("False", "ClassNotFound")
+
+
+def test_classes_fetched_by_name_without_bootstrap_requirements(
+    crossplane, target, rendered, tmp_path
+):
+    """A Composition without the bootstrap requirement: the function asks for each class by name,
+    crossplane render answers and calls it again, and the result is the same."""
+    composition = yaml.safe_load((ROOT / "compositions" / "inferenceclusters.yaml").read_text())
+    del composition["spec"]["pipeline"][0]["requirements"]
+    path = tmp_path / "composition.yaml"
+    path.write_text(yaml.safe_dump(composition))
+    docs = render(crossplane, target, EXAMPLES / "existing", composition=path)
+    assert docs == rendered["existing"]
 
 
 @pytest.mark.parametrize("source", [s for s in SOURCES if s != "existing"])

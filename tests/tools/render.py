@@ -18,13 +18,15 @@ def crossplane_bin() -> str:
     return os.environ.get("CROSSPLANE") or str(ROOT / ".tools" / "bin" / "crossplane")
 
 
-def render_args(target: str, example: Path, *extra: str) -> list[str]:
+def render_args(
+    target: str, example: Path, *extra: str, composition: Path = COMPOSITION
+) -> list[str]:
     """The crossplane render command line for one example directory."""
     args = [
         crossplane_bin(),
         "render",
         str(example / "inferencecluster.yaml"),
-        str(COMPOSITION),
+        str(composition),
         str(FUNCTIONS),
         f"--required-resources={example / 'inferenceclasses.yaml'}",
         f"--xrd={ROOT / 'apis' / 'inferenceclusters' / 'definition.yaml'}",
