@@ -16,6 +16,7 @@ from function.inputs import (
     parse_cluster,
     resolve_classes,
 )
+from function.models import InferenceCluster
 from function.output import Condition, Desired, Output, Result
 
 # Metadata Crossplane or the API server own; carrying them forward would fight them.
@@ -49,7 +50,7 @@ def compose_cluster(body: dict, required: dict[str, list[dict]], observed: Obser
         resources=dict(sorted(resources.items())),
         status=status.render(inputs, cluster),
         conditions=[cluster_condition(cluster), classes_condition(inputs.classes)],
-        results=cluster.results + class_results(inputs.classes),
+        results=cluster.results + class_results(xr, inputs.classes),
         requirements=class_requirements(xr, required),
         ready=None if complete and cluster.ready else False,
     )
@@ -102,22 +103,23 @@ def classes_condition(classes: Classes) -> Condition:
     return Condition("ClassesResolved", True, "Resolved", None)
 
 
-def class_results(classes: Classes) -> list[Result]:
+def class_results(xr: InferenceCluster, classes: Classes) -> list[Result]:
+    def named_by(c: str) -> str:
+        pools = [
+            f"spec.nodePools[{i}]" for i, p in enumerate(xr.spec.node_pools) if p.class_name == c
+        ]
+        return f'InferenceClass "{c}" (className of {", ".join(pools)})'
+
     results = [
         Result(
             "Warning",
-            f'InferenceClass "{c}" named by spec.nodePools[].className not found; '
-            "its pools keep their current resources until it exists",
+            f"{named_by(c)} not found; its pools keep their current resources until it exists",
             reason="ClassNotFound",
         )
         for c in classes.missing
     ]
     results += [
-        Result(
-            "Warning",
-            f'InferenceClass "{c}" named by spec.nodePools[].className is invalid: {why}',
-            reason="InvalidClass",
-        )
+        Result("Warning", f"{named_by(c)} is invalid: {why}", reason="InvalidClass")
         for c, why in classes.invalid.items()
     ]
     return results
