@@ -65,23 +65,25 @@ def source_versions() -> dict[str, str]:
 # --- metadata -------------------------------------------------------------------------------------
 
 
-def test_function_meta():
-    meta = _load(FUNCTION_META)
+def _package_meta(path, kind: str, name: str) -> dict:
+    """A package's crossplane.yaml, checked for what every package of ours declares."""
+    meta = _load(path)
     assert meta["apiVersion"] == "meta.pkg.crossplane.io/v1"
-    assert meta["kind"] == "Function"
-    assert meta["metadata"]["name"] == FUNCTION_NAME
+    assert meta["kind"] == kind
+    assert meta["metadata"]["name"] == name
     assert meta["spec"]["crossplane"]["version"] == ">=v2.2.0"
     annotations = meta["metadata"]["annotations"]
     for key in ("maintainer", "source", "license", "description", "readme"):
         assert annotations.get(f"meta.crossplane.io/{key}"), key
+    return meta
+
+
+def test_function_meta():
+    _package_meta(FUNCTION_META, "Function", FUNCTION_NAME)
 
 
 def test_configuration_meta():
-    meta = _load(CONFIGURATION_META)
-    assert meta["apiVersion"] == "meta.pkg.crossplane.io/v1"
-    assert meta["kind"] == "Configuration"
-    assert meta["metadata"]["name"] == CONFIGURATION_NAME
-    assert meta["spec"]["crossplane"]["version"] == ">=v2.2.0"
+    meta = _package_meta(CONFIGURATION_META, "Configuration", CONFIGURATION_NAME)
     for dep in meta["spec"]["dependsOn"]:
         # The explicit v1 form; the provider:/function: keys are deprecated.
         assert dep["apiVersion"] == "pkg.crossplane.io/v1", dep
