@@ -171,7 +171,10 @@ class Fabric(Model):
 
 
 class NodePool(Model):
-    name: Annotated[str, Field(max_length=40, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    # A label value: it is the modelplane.ai/pool node label replicas pin to.
+    name: Annotated[
+        str, Field(max_length=40, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    ]
     class_name: Name
     node_count: Annotated[Int, Field(ge=0)] = 1
     min_node_count: Annotated[Int, Field(ge=0)] | None = None

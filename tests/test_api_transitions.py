@@ -102,13 +102,12 @@ MIN_MAX = "spec.nodePools[].minNodeCount must not exceed maxNodeCount"
     ids=["min-over-max", "min-equals-max", "from-zero", "min-only", "max-only", "neither"],
 )
 def test_min_not_over_max_on_its_own(pool, allowed):
-    """Under validate nodeCount always has its default of 1, so min > max also trips a nodeCount
-    rule there. Alone, the min/max rule decides by itself, and an unset count does not matter."""
+    """Alone, the min/max rule decides by itself, and an unset count does not matter."""
     assert evaluate(POOL_RULES[MIN_MAX], {"name": "p", "className": "c", **pool}) is allowed
 
 
 def test_every_pool_rule_tolerates_unset_counts():
-    """Each count rule guards with has(), so a pool with no counts passes every one of them."""
-    assert len(POOL_RULES) == 3
+    """Each pool rule guards with has(), so a pool with no counts passes every one of them."""
+    assert len(POOL_RULES) == 4
     for message, rule in POOL_RULES.items():
         assert evaluate(rule, {"name": "p", "className": "c"}), message

@@ -272,7 +272,13 @@ INVALID_CLUSTERS = [
     bad(
         "capacity-block-on-gke",
         cluster(
-            "GKE", pools=[pool(capacityBlock={"capacityReservationId": "cr-0123456789abcdef0"})]
+            "GKE",
+            pools=[
+                pool(
+                    zones=["us-central1-a"],
+                    capacityBlock={"capacityReservationId": "cr-0123456789abcdef0"},
+                )
+            ],
         ),
         "spec.nodePools[].capacityBlock is allowed only when spec.cluster.source is EKS",
     ),
@@ -295,27 +301,47 @@ INVALID_CLUSTERS = [
     ),
     bad(
         "capacity-reservation-id-pattern",
-        cluster("EKS", pools=[pool(capacityBlock={"capacityReservationId": "cr-XYZ"})]),
+        cluster(
+            "EKS",
+            pools=[pool(zones=["us-west-2a"], capacityBlock={"capacityReservationId": "cr-XYZ"})],
+        ),
         "spec.nodePools[0].capacityBlock.capacityReservationId in body should match"
         " '^cr-[0-9a-f]+$'",
     ),
     bad(
         "capacity-reservation-id-too-long",
-        cluster("EKS", pools=[pool(capacityBlock={"capacityReservationId": "cr-" + "0" * 62})]),
+        cluster(
+            "EKS",
+            pools=[
+                pool(
+                    zones=["us-west-2a"], capacityBlock={"capacityReservationId": "cr-" + "0" * 62}
+                )
+            ],
+        ),
         "spec.nodePools[0].capacityBlock.capacityReservationId: Too long: may not be more than 64"
         " bytes",
     ),
     bad(
         "capacity-block-without-id",
-        cluster("EKS", pools=[pool(capacityBlock={})]),
+        cluster("EKS", pools=[pool(zones=["us-west-2a"], capacityBlock={})]),
         "spec.nodePools[0].capacityBlock.capacityReservationId: Required value",
     ),
-    # Pool names: a DNS label of at most 40 characters; on AKS ^[a-z][a-z0-9]{0,11}$.
-    bad(
-        "pool-name-not-dns-label",
-        cluster(pools=[pool(name="H100_pool")]),
-        "spec.nodePools[0].name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'",
-    ),
+    # Pool names: a label value of at most 40 characters; on AKS ^[a-z][a-z0-9]{0,11}$.
+    *[
+        bad(
+            f"pool-name-{why}",
+            cluster(pools=[pool(name=name)]),
+            "spec.nodePools[0].name in body should match"
+            " '^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$'",
+        )
+        for why, name in (
+            ("with-space", "gpu pool"),
+            ("with-bang", "gpu!"),
+            ("leading-dash", "-gpu"),
+            ("trailing-dot", "gpu."),
+            ("empty", ""),
+        )
+    ],
     bad(
         "pool-name-too-long",
         cluster(pools=[pool(name=LONG)]),
@@ -344,28 +370,101 @@ INVALID_CLUSTERS = [
         cluster(pools=[pool(className=DROP)]),
         "spec.nodePools[0].className: Required value",
     ),
-    # Counts: minNodeCount <= nodeCount <= maxNodeCount where set; Vultr nodeCount >= 1.
-    bad(
-        "min-over-node-count",
-        cluster(pools=[pool(nodeCount=2, minNodeCount=3, maxNodeCount=5)]),
-        "spec.nodePools[].minNodeCount must not exceed nodeCount",
-    ),
+    # Counts: nodeCount <= maxNodeCount and minNodeCount <= maxNodeCount where set; minNodeCount
+    # only with maxNodeCount; Vultr nodeCount >= 1.
     bad(
         "node-count-over-max",
         cluster(pools=[pool(nodeCount=6, minNodeCount=1, maxNodeCount=5)]),
         "spec.nodePools[].nodeCount must not exceed maxNodeCount",
     ),
-    # nodeCount defaults to 1, so min > max always breaks one of the other two rules as well.
     bad(
         "min-over-max",
         cluster(pools=[pool(nodeCount=DROP, minNodeCount=3, maxNodeCount=2)]),
         "spec.nodePools[].minNodeCount must not exceed maxNodeCount",
-        "spec.nodePools[].minNodeCount must not exceed nodeCount",
     ),
     bad(
-        "min-over-default-node-count",
+        "min-without-max",
         cluster(pools=[pool(nodeCount=DROP, minNodeCount=2)]),
-        "spec.nodePools[].minNodeCount must not exceed nodeCount",
+        "spec.nodePools[].minNodeCount requires maxNodeCount (a pool autoscales between the two)",
+    ),
+    # Zones: each once, in the cluster's region (GKE, EKS) or 1-3 (AKS).
+    bad(
+        "duplicate-zones",
+        cluster(pools=[pool(zones=["us-central1-a", "us-central1-a"])]),
+        "spec.nodePools[].zones must not repeat a zone",
+    ),
+    bad(
+        "gke-zone-of-another-region",
+        cluster("GKE", pools=[pool(zones=["us-central1-a", "europe-west4-a"])]),
+        "spec.nodePools[].zones must be zones of spec.cluster.gke.region, the region followed by"
+        " -<letter> (e.g. us-central1-a)",
+    ),
+    bad(
+        "gke-zone-is-the-region",
+        cluster("GKE", pools=[pool(zones=["us-central1"])]),
+        "spec.nodePools[].zones must be zones of spec.cluster.gke.region, the region followed by"
+        " -<letter> (e.g. us-central1-a)",
+    ),
+    bad(
+        "eks-zone-of-another-region",
+        cluster("EKS", pools=[pool(zones=["us-east-1a"])]),
+        "spec.nodePools[].zones must be Availability Zones of spec.cluster.eks.region, the region"
+        " followed by a letter a to l (e.g. us-west-2a)",
+    ),
+    bad(
+        "eks-zone-letter-out-of-range",
+        cluster("EKS", pools=[pool(zones=["us-west-2z"])]),
+        "spec.nodePools[].zones must be Availability Zones of spec.cluster.eks.region, the region"
+        " followed by a letter a to l (e.g. us-west-2a)",
+    ),
+    bad(
+        "eks-local-zone",
+        cluster("EKS", pools=[pool(zones=["us-west-2-lax-1a"])]),
+        "spec.nodePools[].zones must be Availability Zones of spec.cluster.eks.region, the region"
+        " followed by a letter a to l (e.g. us-west-2a)",
+    ),
+    bad(
+        "aks-zone-4",
+        cluster("AKS", pools=[pool(zones=["1", "4"])]),
+        "spec.nodePools[].zones must be Azure availability zones 1, 2 or 3 when"
+        " spec.cluster.source is AKS",
+    ),
+    bad(
+        "seventeen-zones",
+        cluster("Existing", pools=[pool(zones=[f"zone-{i}" for i in range(17)])]),
+        "spec.nodePools[0].zones: Too many: 17: must have at most 16 items",
+    ),
+    bad(
+        "capacity-block-without-zone",
+        cluster("EKS", pools=[pool(capacityBlock={"capacityReservationId": "cr-0a"})]),
+        "spec.nodePools[].capacityBlock needs exactly one zone in zones: a Capacity Block lives in"
+        " one Availability Zone",
+    ),
+    bad(
+        "capacity-block-in-two-zones",
+        cluster(
+            "EKS",
+            pools=[
+                pool(
+                    zones=["us-west-2a", "us-west-2b"],
+                    capacityBlock={"capacityReservationId": "cr-0a"},
+                )
+            ],
+        ),
+        "spec.nodePools[].capacityBlock needs exactly one zone in zones: a Capacity Block lives in"
+        " one Availability Zone",
+    ),
+    bad(
+        "vultr-bare-version",
+        cluster("Vultr", cluster={"vultr": {"kubernetesVersion": "1.36"}}),
+        "spec.cluster.vultr.kubernetesVersion must be an exact VKE version with its build"
+        " suffix, like v1.36.1+3 (vultr-cli kubernetes versions lists them)",
+    ),
+    bad(
+        "vultr-version-without-build",
+        cluster("Vultr", cluster={"vultr": {"kubernetesVersion": "v1.36.1"}}),
+        "spec.cluster.vultr.kubernetesVersion must be an exact VKE version with its build"
+        " suffix, like v1.36.1+3 (vultr-cli kubernetes versions lists them)",
     ),
     bad(
         "vultr-zero-nodes",
@@ -393,6 +492,8 @@ INVALID_CLUSTERS = [
         "zones-not-a-list",
         cluster(pools=[pool(zones="us-central1-a")]),
         "spec.nodePools[0].zones in body must be of type array",
+        # validate still evaluates the zone rules on the wrong type; the API server would not.
+        "expected an array for the provided schema",
     ),
     bad(
         "nine-pools",
@@ -471,9 +572,20 @@ INVALID_CLUSTERS = [
         'spec.taints[0].effect: Unsupported value: "PreferNoSchedule"',
     ),
     bad(
+        "duplicate-taint",
+        cluster(
+            taints=[
+                {"key": "maintenance", "effect": "NoSchedule"},
+                {"key": "maintenance", "value": "again", "effect": "NoSchedule"},
+            ]
+        ),
+        "spec.taints must not repeat a key and effect",
+    ),
+    bad(
         "taint-without-key",
         cluster(taints=[{"effect": "NoSchedule"}]),
         "spec.taints[0].key: Required value",
+        "no such key: key evaluating rule: spec.taints must not repeat a key and effect",
     ),
 ]
 
@@ -649,6 +761,24 @@ VALID = [
     ok("ok-vultr-one-node", cluster("Vultr", pools=[pool(nodeCount=1)])),
     ok("ok-vultr-default-node-count", cluster("Vultr", pools=[pool(nodeCount=DROP)])),
     ok("ok-pool-name-40-chars", cluster(pools=[pool(name="h100-" + "a" * 35)])),
+    ok("ok-pool-name-label-value", cluster(pools=[pool(name="H100_Pool"), pool(name="l4.small")])),
+    ok("ok-pool-name-one-char", cluster(pools=[pool(name="a")])),
+    # nodeCount defaults to 1, which admission cannot tell from unset: a range alone is admitted.
+    ok("ok-range-only", cluster(pools=[pool(nodeCount=DROP, minNodeCount=2, maxNodeCount=10)])),
+    ok(
+        "ok-min-over-node-count", cluster(pools=[pool(nodeCount=2, minNodeCount=3, maxNodeCount=5)])
+    ),
+    ok("ok-max-only", cluster(pools=[pool(maxNodeCount=10)])),
+    ok(
+        "ok-zones",
+        cluster("GKE", pools=[pool(zones=["us-central1-a", "us-central1-f"])]),
+    ),
+    ok("ok-eks-zones", cluster("EKS", pools=[pool(zones=["us-west-2a", "us-west-2d"])])),
+    ok("ok-aks-zones", cluster("AKS", pools=[pool(zones=["1", "2", "3"])])),
+    ok(
+        "ok-vultr-version",
+        cluster("Vultr", cluster={"vultr": {"kubernetesVersion": "v1.35.4+12"}}),
+    ),
     ok("ok-eight-pools", cluster(pools=[pool(name=f"pool{i}") for i in range(8)])),
     ok(
         "ok-labels",

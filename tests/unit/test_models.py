@@ -95,7 +95,7 @@ def test_struct_floats_are_integers():
             "spec.nodePools: names must be unique, repeated: gpu-h100",
         ),
         (
-            lambda s: s["nodePools"][0].update(name="GPU_pool"),
+            lambda s: s["nodePools"][0].update(name="GPU pool"),
             "spec.nodePools[0].name: String should match pattern",
         ),
         (
