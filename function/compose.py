@@ -6,6 +6,7 @@ already observed is returned again as it is, so only a change of spec can remove
 """
 
 from function import clusters, serving, status
+from function.clusters.base import as_desired
 from function.inputs import (
     Classes,
     Inputs,
@@ -18,9 +19,6 @@ from function.inputs import (
 )
 from function.models import InferenceCluster
 from function.output import Condition, Desired, Output, Result
-
-# Metadata Crossplane or the API server own; carrying them forward would fight them.
-_OWNED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 
 
 def compose_class(body: dict) -> Output:
@@ -59,28 +57,10 @@ def compose_cluster(body: dict, required: dict[str, list[dict]], observed: Obser
 def carry_forward(observed: Observed, desired: dict[str, Desired]) -> dict[str, Desired]:
     """Observed resources this run could not render, returned unchanged so none is deleted."""
     return {
-        key: Desired(body=_as_desired(res.body), ready=_carried_ready(res))
+        key: Desired(body=as_desired(res.body), ready=_carried_ready(res))
         for key, res in observed.resources.items()
         if key not in desired
     }
-
-
-def _as_desired(body: dict) -> dict:
-    meta = body.get("metadata", {})
-    keep: dict = {"name": meta.get("name")}
-    if meta.get("namespace"):
-        keep["namespace"] = meta["namespace"]
-    if meta.get("labels"):
-        keep["labels"] = meta["labels"]
-    annotations = {
-        k: v for k, v in meta.get("annotations", {}).items() if k not in _OWNED_ANNOTATIONS
-    }
-    if annotations:
-        keep["annotations"] = annotations
-    out = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": keep}
-    if "spec" in body:
-        out["spec"] = body["spec"]
-    return out
 
 
 def _carried_ready(res: ObservedResource) -> bool:

@@ -101,8 +101,10 @@ class ObservedResources(Mapping[str, ObservedResource]):
         if key not in self._cache:
             if key not in self._resources:
                 raise KeyError(key)
+            observed = self._resources[key]
             self._cache[key] = ObservedResource(
-                resource.struct_to_dict(self._resources[key].resource)
+                resource.struct_to_dict(observed.resource),
+                frozenset(observed.connection_details.keys()),
             )
         return self._cache[key]
 

@@ -5,6 +5,7 @@ Built from plain dicts (fn.py decodes the protobuf request), so everything downs
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -16,12 +17,39 @@ from function.output import BadInput, Requirement
 @dataclass(frozen=True)
 class ObservedResource:
     body: dict
+    # Names of the connection details Crossplane read from the resource's Secret; never values.
+    connection_keys: frozenset[str] = frozenset()
+
+    def get(self, *path: str | int) -> Any:
+        """The value at path in the observed body, or None when any step is missing."""
+        node: Any = self.body
+        for step in path:
+            if isinstance(step, int):
+                if not isinstance(node, list) or not -len(node) <= step < len(node):
+                    return None
+            elif not isinstance(node, dict):
+                return None
+            node = node[step] if isinstance(step, int) else node.get(step)
+        return node
+
+    def at_provider(self, *path: str | int) -> Any:
+        return self.get("status", "atProvider", *path)
+
+    def condition(self, type_: str) -> dict | None:
+        conditions = self.get("status", "conditions")
+        if not isinstance(conditions, list):
+            return None
+        return next((c for c in conditions if isinstance(c, dict) and c.get("type") == type_), None)
 
     @property
     def ready(self) -> bool:
         """Crossplane's own readiness: a Ready=True condition on the managed resource."""
-        conditions = self.body.get("status", {}).get("conditions", [])
-        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        ready = self.condition("Ready")
+        return ready is not None and ready.get("status") == "True"
+
+    @property
+    def external_name(self) -> str | None:
+        return self.get("metadata", "annotations", "crossplane.io/external-name")
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,11 @@ Remote releases wait until both ClusterProviderConfigs are observed, so the prov
 "ProviderConfig not found" on the first reconcile; once a release exists it is always kept.
 """
 
-from crossplane.function.resource import child_name
-
-from function import names
+from function import kube
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs
 from function.output import Desired
-from function.versions import CHARTS, Chart
+from function.versions import CHARTS
 
 PROVIDER_CONFIG_KEYS = ("provider-config-kubernetes", "provider-config-helm")
 
@@ -19,31 +17,6 @@ VALUES: dict[str, dict] = {
     # CRDs come with the chart and outlive it, so an uninstall never takes Certificates with it.
     "cert-manager": {"crds": {"enabled": True, "keep": True}},
 }
-
-
-def release(xr_name: str, key: str, chart: Chart, provider_config: str) -> dict:
-    return {
-        "apiVersion": names.HELM_RELEASE_API,
-        "kind": "Release",
-        "metadata": {
-            "name": child_name(xr_name, key),
-            "namespace": names.SYSTEM_NAMESPACE,
-            # A short, stable Helm release name on the workload cluster.
-            "annotations": {"crossplane.io/external-name": f"mp-{key}"},
-        },
-        "spec": {
-            "providerConfigRef": {"kind": names.CLUSTER_PROVIDER_CONFIG, "name": provider_config},
-            "forProvider": {
-                "chart": {
-                    "name": chart.name,
-                    "repository": chart.repository,
-                    "version": chart.version,
-                },
-                "namespace": chart.namespace,
-                "values": VALUES.get(key, {}),
-            },
-        },
-    }
 
 
 def render(inputs: Inputs, cluster: ClusterFacts) -> dict[str, Desired]:
@@ -58,7 +31,9 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> dict[str, Desired]:
             continue
         seen = observed.get(composed_key)
         resources[composed_key] = Desired(
-            body=release(inputs.xr.name, key, chart, cluster.provider_config),
+            body=kube.release(
+                inputs.xr.name, key, chart, cluster.provider_config, VALUES.get(key, {})
+            ),
             ready=seen is not None and seen.ready,
         )
     return resources

@@ -14,6 +14,7 @@ class Chart:
     namespace: str
 
 
+# The serving stack, installed on every cluster.
 CHARTS: dict[str, Chart] = {
     "cert-manager": Chart(
         name="cert-manager",
@@ -22,6 +23,30 @@ CHARTS: dict[str, Chart] = {
         namespace="cert-manager",
     ),
 }
+
+# What a cloud installs with its cluster (the cloud half), by release key.
+CLOUD_CHARTS: dict[str, Chart] = {
+    "cluster-autoscaler": Chart(
+        name="cluster-autoscaler",
+        repository="https://kubernetes.github.io/autoscaler",
+        version="9.57.0",
+        namespace="kube-system",
+    ),
+    # The EFA DRA driver (DRANET): DeviceClass efa.networking.k8s.aws.
+    "efa-dra-driver": Chart(
+        name="aws-dranet",
+        repository="https://aws.github.io/eks-charts",
+        version="1.0.0",
+        namespace="kube-system",
+    ),
+}
+
+# EKS node images and the managed add-ons every EKS cluster gets (versions: EKS's default for the
+# cluster's Kubernetes version).
+EKS_GPU_AMI = {"x86_64": "AL2023_x86_64_NVIDIA", "arm64": "AL2023_ARM_64_NVIDIA"}
+EKS_SYSTEM_AMI = "AL2023_x86_64_STANDARD"
+EKS_SYSTEM_INSTANCE_TYPE = "m6i.xlarge"
+EKS_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-efs-csi-driver")
 
 # Identity types each provider's ClusterProviderConfig accepts, at the versions the Configuration
 # package depends on (provider-kubernetes v1.2.1 has no Nebius identity; provider-helm v1.4.0 does).

@@ -1,0 +1,315 @@
+"""What every provisioned cloud shares: the rules its managed resources are composed under.
+
+A `Cloud` collects one reconcile's resources for one cluster and enforces four rules:
+
+- every managed resource is a namespaced `.m.` kind in modelplane-system, authenticated by the
+  ProviderConfig `spec.cluster.<cloud>.credentials` names;
+- a resource that needs something observed (an id, a ready cluster, a kubeconfig) is composed once
+  that is observed, and kept from then on even if the observation regresses: the renderers ask
+  `when(key, ...)`, or `keep_or_build(...)` when values from another resource go into its body;
+- readiness comes from each resource's own observed Ready condition;
+- `facts()` derives ClusterReady and a wait message a human can act on.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from function import names, providerconfigs
+from function.clusters.facts import ClusterFacts
+from function.inputs import Inputs, ObservedResource
+from function.models import Credentials, InferenceClass, NodePool
+from function.output import Desired, Result
+from function.providerconfigs import Identity, SecretKey
+
+PROVIDER_CONFIG_KEYS = ("provider-config-kubernetes", "provider-config-helm")
+# Observe, Create, Update, Delete without LateInitialize: a field the autoscaler owns (a node
+# group's size) is seeded once through initProvider and never read back into the spec.
+NO_LATE_INIT = ["Observe", "Create", "Update", "Delete"]
+OBSERVE_ONLY = ["Observe"]
+# Crossplane's own reasons that mean "not there yet", shown as is in wait messages.
+_WAIT_MESSAGE_NAMES = 8
+_WAIT_MESSAGE_CHARS = 512
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A node pool whose class resolved and carries this cloud's provisioning block."""
+
+    spec: NodePool
+    cls: InferenceClass
+    shape: Any  # the class's provisioning block for this cloud
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class Cloud:
+    inputs: Inputs
+    credentials: Credentials
+    resources: dict[str, Desired] = field(default_factory=dict)
+    # Resources not composed yet, and what each waits for.
+    pending: dict[str, str] = field(default_factory=dict)
+    results: list[Result] = field(default_factory=list)
+    invalid_pools: dict[str, str] = field(default_factory=dict)
+    waiting_pools: list[str] = field(default_factory=list)
+
+    @property
+    def xr(self) -> str:
+        return self.inputs.xr.name
+
+    def name(self, *parts: str, limit: int = 63) -> str:
+        """A cloud-safe name of one of this cluster's resources."""
+        return names.cloud_name(self.xr, *parts, limit=limit)
+
+    def observed(self, key: str) -> ObservedResource | None:
+        return self.inputs.observed.resources.get(key)
+
+    def is_ready(self, key: str) -> bool:
+        seen = self.observed(key)
+        return seen is not None and seen.ready
+
+    # --- composing ------------------------------------------------------------------------------
+
+    def add(self, key: str, body: dict, *, ready: bool | None = None) -> None:
+        """Compose body under key; ready by its own observed Ready condition unless told."""
+        self.resources[key] = Desired(
+            body=body, ready=self.is_ready(key) if ready is None else ready
+        )
+
+    def managed(
+        self,
+        key: str,
+        api_version: str,
+        kind: str,
+        name: str,
+        for_provider: dict,
+        *,
+        init_provider: dict | None = None,
+        policies: list[str] | None = None,
+        labels: dict | None = None,
+        annotations: dict | None = None,
+        connection_secret: str | None = None,
+    ) -> dict:
+        """A namespaced managed resource in modelplane-system, authenticated by the credentials."""
+        metadata: dict = {"name": name, "namespace": names.SYSTEM_NAMESPACE}
+        if labels:
+            metadata["labels"] = labels
+        if annotations:
+            metadata["annotations"] = annotations
+        spec: dict = {
+            "providerConfigRef": {"kind": self.credentials.type, "name": self.credentials.name},
+            "forProvider": for_provider,
+        }
+        if init_provider:
+            spec["initProvider"] = init_provider
+        if policies:
+            spec["managementPolicies"] = policies
+        if connection_secret:
+            spec["writeConnectionSecretToRef"] = {"name": connection_secret}
+        body = {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec}
+        self.add(key, body)
+        return body
+
+    def when(self, key: str, ready_to_compose: bool, waits_for: str) -> bool:
+        """Whether key is composed this time: once what it needs is there, and forever after."""
+        if ready_to_compose or self.observed(key) is not None:
+            return True
+        self.pending[key] = waits_for
+        return False
+
+    def keep_or_build(
+        self, key: str, needs: dict[str, Any], build: Callable[..., None], waits_for: str
+    ) -> None:
+        """Build key from observed values; while one is missing keep what is observed of it.
+
+        needs maps argument names of build to values read from other resources (None = not
+        observed). A resource already composed is re-emitted as observed, so a lost status on
+        another resource never changes or drops it.
+        """
+        if all(v is not None for v in needs.values()):
+            build(**needs)
+            return
+        seen = self.observed(key)
+        if seen is None:
+            self.pending[key] = waits_for
+            return
+        self.add(key, as_desired(seen.body))
+
+    # --- the cluster's access ------------------------------------------------------------------
+
+    def provider_configs(
+        self, kubeconfig_ready: bool, identity: Identity | None = None
+    ) -> str | None:
+        """The kubernetes and helm ClusterProviderConfigs, once the kubeconfig Secret is written."""
+        composed = [self.when(k, kubeconfig_ready, "kubeconfig") for k in PROVIDER_CONFIG_KEYS]
+        if not all(composed):
+            return None
+        name = names.provider_config_name(self.xr)
+        secret = SecretKey(names.kubeconfig_secret(self.xr), "kubeconfig")
+        resources, results = providerconfigs.render(name, secret, identity)
+        self.resources.update(resources)
+        self.results += results
+        return name
+
+    @property
+    def reachable(self) -> bool:
+        """Both ProviderConfigs are observed: the provider will find them."""
+        return all(self.observed(k) is not None for k in PROVIDER_CONFIG_KEYS)
+
+    def on_cluster(self, key: str) -> bool:
+        """Whether an in-cluster resource (release, Object) is composed this time."""
+        return self.when(key, self.reachable, "ProviderConfigs")
+
+    # --- pools ----------------------------------------------------------------------------------
+
+    def pools(self, provider: str, block: str) -> list[Pool]:
+        """The pools this cloud can build; the others are reported and their resources kept."""
+        classes = self.inputs.classes
+        out = []
+        for i, pool in enumerate(self.inputs.xr.spec.node_pools):
+            cls = classes.resolved.get(pool.class_name)
+            if cls is None:
+                if pool.class_name in classes.invalid:
+                    self._invalid(i, pool, f"InferenceClass {pool.class_name!r} is invalid")
+                else:
+                    self.waiting_pools.append(pool.name)
+                continue
+            prov = cls.spec.provisioning
+            if prov is None:
+                self._invalid(
+                    i, pool, f"InferenceClass {cls.name!r} has no provisioning.{block} block"
+                )
+            elif prov.provider != provider:
+                self._invalid(
+                    i,
+                    pool,
+                    f"InferenceClass {cls.name!r} provisions on {prov.provider}, not {provider}",
+                )
+            else:
+                out.append(Pool(pool, cls, getattr(prov, block)))
+        return out
+
+    def _invalid(self, index: int, pool: NodePool, why: str) -> None:
+        message = (
+            f"spec.nodePools[{index}] {pool.name!r}: {why}; "
+            "its resources are kept as they are until the class is fixed"
+        )
+        self.invalid_pools[pool.name] = message
+        self.results.append(Result("Warning", message, reason="InvalidNodePool"))
+
+    def warn(self, message: str, reason: str = "ShapeMismatch") -> None:
+        self.results.append(Result("Warning", message, reason=reason))
+
+    # --- what the rest of the composition learns -------------------------------------------------
+
+    def facts(self, provider_config: str | None, storage_class: str | None) -> ClusterFacts:
+        complete = not (self.invalid_pools or self.waiting_pools)
+        waiting = self.wait_list()
+        if self.waiting_pools:
+            reason = "WaitingForClasses"
+            message = "waiting for the InferenceClasses of pools " + ", ".join(self.waiting_pools)
+        elif self.invalid_pools:
+            reason, message = "InvalidNodePool", "; ".join(self.invalid_pools.values())
+        elif waiting:
+            reason, message = "Provisioning", self.wait_message(waiting)
+        else:
+            reason, message = "Available", "control plane, node pools and kubeconfig are ready"
+        return ClusterFacts(
+            resources=self.resources,
+            results=self.results,
+            ready=reason == "Available",
+            reason=reason,
+            message=message,
+            provider_config=provider_config,
+            storage_class=storage_class,
+            complete=complete,
+        )
+
+    def wait_list(self) -> dict[str, str | None]:
+        """Every resource not ready yet, with why when something says so."""
+        waiting: dict[str, str | None] = dict(self.pending)
+        for key, desired in self.resources.items():
+            if desired.ready:
+                continue
+            seen = self.observed(key)
+            ready = seen.condition("Ready") if seen else None
+            reason = ready.get("reason") if ready else None
+            waiting[key] = reason if reason and reason != "Available" else None
+        return waiting
+
+    def wait_message(self, waiting: dict[str, str | None]) -> str:
+        total = len(self.resources) + len(self.pending)
+        shown = [
+            f"{key} ({why})" if why else key
+            for key, why in sorted(waiting.items())[:_WAIT_MESSAGE_NAMES]
+        ]
+        more = len(waiting) - len(shown)
+        text = f"waiting for {len(waiting)} of {total} resources: " + ", ".join(shown)
+        if more:
+            text += f", and {more} more"
+        return text[:_WAIT_MESSAGE_CHARS]
+
+
+# Metadata Crossplane or the API server own; carrying them forward would fight them.
+_OWNED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def as_desired(body: dict) -> dict:
+    """An observed body as a desired one: identity, labels, annotations and spec, no status."""
+    meta = body.get("metadata", {})
+    keep: dict = {"name": meta.get("name")}
+    if meta.get("namespace"):
+        keep["namespace"] = meta["namespace"]
+    if meta.get("labels"):
+        keep["labels"] = meta["labels"]
+    annotations = {
+        k: v for k, v in meta.get("annotations", {}).items() if k not in _OWNED_ANNOTATIONS
+    }
+    if annotations:
+        keep["annotations"] = annotations
+    out = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": keep}
+    if "spec" in body:
+        out["spec"] = body["spec"]
+    return out
+
+
+# The taint every GPU node carries, so only workloads that tolerate it (inference engines, GPU
+# drivers) land there.
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+# The system nodes run controllers; they are not a Modelplane pool, so they carry no pool label.
+SYSTEM_LABELS = {"modelplane.ai/role": "system"}
+
+
+def pool_labels(pool: Pool, accelerator: str | None) -> dict[str, str]:
+    """modelplane.ai/pool=<pool> (replicas are pinned by it) and the GPU type when known."""
+    labels = {names.POOL_LABEL: pool.name}
+    if accelerator:
+        labels[names.GPU_LABEL] = accelerator
+    return labels
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """A pool's size: a fixed count, or an autoscaling range with its initial size inside it."""
+
+    minimum: int
+    maximum: int
+    initial: int
+    autoscaling: bool
+
+
+def scaling(pool: NodePool, *, floor: int = 0) -> Scaling:
+    """minNodeCount..maxNodeCount starting at nodeCount clamped into the range; else fixed.
+
+    floor is the cloud's smallest pool (Vultr pools always have a node).
+    """
+    if pool.max_node_count is None:
+        size = max(pool.node_count, floor)
+        return Scaling(size, size, size, autoscaling=False)
+    maximum = max(pool.max_node_count, floor)
+    minimum = min(max(pool.min_node_count or 0, floor), maximum)
+    initial = min(max(pool.node_count, minimum), maximum)
+    return Scaling(minimum, maximum, initial, autoscaling=True)

@@ -1,0 +1,697 @@
+"""Source EKS: a VPC, IAM, the EKS cluster, GPU node groups (Capacity Blocks, EFA), EFS storage
+and the cluster autoscaler, all as namespaced provider-upjet-aws resources.
+
+Resources reference each other by name (`...Ref`) wherever the provider can resolve it; values the
+provider cannot resolve (the cluster security group, a launch template's version, the EFS id) are
+read from observed status and gated, so nothing names what does not exist yet.
+"""
+
+import json
+
+from function import kube, names, shapes
+from function.clusters import aws_network
+from function.clusters.base import (
+    GPU_TAINT,
+    NO_LATE_INIT,
+    OBSERVE_ONLY,
+    SYSTEM_LABELS,
+    Cloud,
+    Pool,
+    pool_labels,
+    scaling,
+)
+from function.clusters.facts import ClusterFacts
+from function.inputs import Inputs
+from function.models import EKS
+from function.output import Result
+from function.versions import (
+    CLOUD_CHARTS,
+    EKS_ADDONS,
+    EKS_GPU_AMI,
+    EKS_SYSTEM_AMI,
+    EKS_SYSTEM_INSTANCE_TYPE,
+)
+
+EKS_API = "eks.aws.m.upbound.io/v1beta1"
+IAM = "iam.aws.m.upbound.io/v1beta1"
+EFS = "efs.aws.m.upbound.io/v1beta1"
+EC2 = aws_network.EC2
+STORAGE_CLASS = "modelplane-rwx-efs"
+AWS_POLICY = "arn:aws:iam::aws:policy/"
+
+
+def render(inputs: Inputs) -> ClusterFacts:
+    settings = inputs.xr.spec.cluster.settings
+    assert isinstance(settings, EKS)
+    return EKSCluster(Cloud(inputs, settings.credentials), settings).render()
+
+
+def policy(statements: list[dict]) -> str:
+    """An IAM policy document, serialised the same way every time."""
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+def trusted_by(service: str, *actions: str) -> str:
+    return policy(
+        [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": service},
+                "Action": list(actions) or ["sts:AssumeRole"],
+            }
+        ]
+    )
+
+
+class EKSCluster:
+    def __init__(self, cloud: Cloud, settings: EKS) -> None:
+        self.cloud = cloud
+        self.region = settings.region
+        self.version = settings.kubernetes_version
+        self.cluster_name = cloud.name("eks", limit=100)
+        self.tags = {"modelplane.ai/cluster": cloud.xr}
+
+    def render(self) -> ClusterFacts:
+        c = self.cloud
+        pools = c.pools("EKS", "eks")
+        self.zones = aws_network.render(c, self.region, self.cluster_name, self.tags)
+        self.iam()
+        self.control_plane()
+        self.system_node_group()
+        efa = [p for p in pools if p.spec.fabric and p.spec.fabric.type == "EFA"]
+        if efa:
+            self.efa_security_group()
+        for pool in pools:
+            self.node_pool(pool)
+        self.storage()
+        provider_config = c.provider_configs(self.kubeconfig_ready())
+        self.autoscaler(provider_config)
+        if efa:
+            self.efa_dra_driver(provider_config)
+        storage_class = self.storage_class(provider_config)
+        return c.facts(provider_config, storage_class)
+
+    def mr(self, key: str, api: str, kind: str, name: str, for_provider: dict, **kw) -> dict:
+        """A managed resource in this cluster's region."""
+        return self.cloud.managed(
+            key, api, kind, name, {"region": self.region, **for_provider}, **kw
+        )
+
+    # --- IAM ------------------------------------------------------------------------------------
+
+    def role(self, key: str, trust: str, policies: dict[str, str]) -> None:
+        """An IAM role and its policy attachments (attachment key suffix -> policy ARN)."""
+        c = self.cloud
+        c.managed(
+            f"iam-role-{key}",
+            IAM,
+            "Role",
+            c.name("role", key),
+            {"assumeRolePolicy": trust, "tags": self.tags},
+        )
+        for suffix, arn in policies.items():
+            c.managed(
+                f"iam-attach-{key}-{suffix}",
+                IAM,
+                "RolePolicyAttachment",
+                c.name("attach", key, suffix),
+                {"policyArn": arn, "roleRef": {"name": c.name("role", key)}},
+            )
+
+    def iam(self) -> None:
+        c = self.cloud
+        self.role(
+            "cluster",
+            trusted_by("eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"),
+            {"eks": AWS_POLICY + "AmazonEKSClusterPolicy"},
+        )
+        self.role(
+            "node",
+            trusted_by("ec2.amazonaws.com"),
+            {
+                "worker": AWS_POLICY + "AmazonEKSWorkerNodePolicy",
+                "cni": AWS_POLICY + "AmazonEKS_CNI_Policy",
+                "ecr": AWS_POLICY + "AmazonEC2ContainerRegistryReadOnly",
+            },
+        )
+        pods = trusted_by("pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession")
+        self.role("efs-csi", pods, {"efs": AWS_POLICY + "service-role/AmazonEFSCSIDriverPolicy"})
+        c.managed(
+            "iam-policy-cluster-autoscaler",
+            IAM,
+            "Policy",
+            c.name("policy", "cluster-autoscaler"),
+            {"policy": self.autoscaler_policy(), "tags": self.tags},
+        )
+        self.role("cluster-autoscaler", pods, {})
+        c.managed(
+            "iam-attach-cluster-autoscaler-policy",
+            IAM,
+            "RolePolicyAttachment",
+            c.name("attach", "cluster-autoscaler", "policy"),
+            {
+                "policyArnRef": {"name": c.name("policy", "cluster-autoscaler")},
+                "roleRef": {"name": c.name("role", "cluster-autoscaler")},
+            },
+        )
+
+    def autoscaler_policy(self) -> str:
+        """Least privilege: change only this cluster's node groups' Auto Scaling groups."""
+        return policy(
+            [
+                {
+                    "Effect": "Allow",
+                    "Action": [
+                        "autoscaling:SetDesiredCapacity",
+                        "autoscaling:TerminateInstanceInAutoScalingGroup",
+                    ],
+                    "Resource": "*",
+                    "Condition": {
+                        "StringEquals": {
+                            f"aws:ResourceTag/k8s.io/cluster-autoscaler/{self.cluster_name}": (
+                                "owned"
+                            )
+                        }
+                    },
+                },
+                {
+                    "Effect": "Allow",
+                    "Action": [
+                        "autoscaling:DescribeAutoScalingGroups",
+                        "autoscaling:DescribeAutoScalingInstances",
+                        "autoscaling:DescribeLaunchConfigurations",
+                        "autoscaling:DescribeScalingActivities",
+                        "autoscaling:DescribeTags",
+                        "ec2:DescribeImages",
+                        "ec2:DescribeInstanceTypes",
+                        "ec2:DescribeLaunchTemplateVersions",
+                        "ec2:GetInstanceTypesFromInstanceRequirements",
+                        "eks:DescribeNodegroup",
+                    ],
+                    "Resource": "*",
+                },
+            ]
+        )
+
+    # --- the control plane ----------------------------------------------------------------------
+
+    def control_plane(self) -> None:
+        c = self.cloud
+        subnets = [{"name": c.name(tier, z)} for z in self.zones for tier in ("private", "public")]
+        self.mr(
+            "cluster",
+            EKS_API,
+            "Cluster",
+            self.cluster_name,
+            {
+                "version": self.version,
+                "roleArnRef": {"name": c.name("role", "cluster")},
+                "accessConfig": {
+                    "authenticationMode": "API",
+                    "bootstrapClusterCreatorAdminPermissions": True,
+                },
+                "vpcConfig": {
+                    "endpointPrivateAccess": True,
+                    "endpointPublicAccess": True,
+                    "subnetIdRefs": subnets,
+                },
+                "tags": self.tags,
+            },
+        )
+        cluster_ref = {"clusterNameRef": {"name": self.cluster_name}}
+        self.mr(
+            "cluster-auth",
+            EKS_API,
+            "ClusterAuth",
+            c.name("auth"),
+            cluster_ref,
+            connection_secret=names.kubeconfig_secret(c.xr),
+        )
+        for addon in EKS_ADDONS:
+            self.mr(
+                f"addon-{addon}",
+                EKS_API,
+                "Addon",
+                c.name("addon", addon),
+                {
+                    **cluster_ref,
+                    "addonName": addon,
+                    "resolveConflictsOnCreate": "OVERWRITE",
+                    "tags": self.tags,
+                },
+            )
+        for key, namespace, account in (
+            ("efs-csi", "kube-system", "efs-csi-controller-sa"),
+            ("cluster-autoscaler", "kube-system", "cluster-autoscaler"),
+        ):
+            self.mr(
+                f"pod-identity-{key}",
+                EKS_API,
+                "PodIdentityAssociation",
+                c.name("pod-identity", key),
+                {
+                    **cluster_ref,
+                    "namespace": namespace,
+                    "serviceAccount": account,
+                    "roleArnRef": {"name": c.name("role", key)},
+                    "tags": self.tags,
+                },
+            )
+
+    def kubeconfig_ready(self) -> bool:
+        auth = self.cloud.observed("cluster-auth")
+        return auth is not None and (auth.ready or "kubeconfig" in auth.connection_keys)
+
+    # --- node groups ----------------------------------------------------------------------------
+
+    def node_group(
+        self,
+        key: str,
+        name: str,
+        for_provider: dict,
+        size: tuple[int, int, int],
+        labels: dict | None = None,
+    ) -> None:
+        minimum, maximum, initial = size
+        self.mr(
+            key,
+            EKS_API,
+            "NodeGroup",
+            name,
+            {
+                "clusterNameRef": {"name": self.cluster_name},
+                "nodeRoleArnRef": {"name": self.cloud.name("role", "node")},
+                # The autoscaler owns the desired size: it is only seeded, through initProvider.
+                "scalingConfig": {"minSize": minimum, "maxSize": maximum},
+                "updateConfig": {"maxUnavailable": 1},
+                "tags": self.tags,
+                **for_provider,
+            },
+            init_provider={"scalingConfig": {"desiredSize": initial}},
+            policies=NO_LATE_INIT,
+            labels=labels,
+        )
+
+    def system_node_group(self) -> None:
+        c = self.cloud
+        self.node_group(
+            "system-nodegroup",
+            c.name("system"),
+            {
+                "amiType": EKS_SYSTEM_AMI,
+                "instanceTypes": [EKS_SYSTEM_INSTANCE_TYPE],
+                "diskSize": 100,
+                "labels": SYSTEM_LABELS,
+                "subnetIdRefs": aws_network.private_subnet_refs(c, self.zones),
+            },
+            (1, 2, 1),
+        )
+
+    def node_pool(self, pool: Pool) -> None:
+        c, shape = self.cloud, pool.shape
+        facts = shapes.EC2.get(shape.instance_type)
+        self.check_shape(pool, facts)
+        capacity_block = pool.spec.capacity_block
+        efa = bool(pool.spec.fabric and pool.spec.fabric.type == "EFA")
+        size = scaling(pool.spec)
+        accelerator = shape.accelerator.type if shape.accelerator else None
+        for_provider: dict = {
+            "amiType": EKS_GPU_AMI[facts.arch if facts else "x86_64"],
+            "labels": pool_labels(pool, accelerator),
+            "taint": [{**GPU_TAINT, "effect": "NO_SCHEDULE"}],
+            "subnetIdRefs": aws_network.private_subnet_refs(c, pool.spec.zones or self.zones),
+        }
+        key = f"nodegroup-{pool.name}"
+        name = c.name("ng", pool.name)
+        sizes = (size.minimum, max(size.maximum, 1), size.initial)
+        if not (capacity_block or efa):
+            for_provider |= {"instanceTypes": [shape.instance_type], "diskSize": shape.disk_size_gb}
+            self.node_group(key, name, for_provider, sizes, {"modelplane.ai/pool": pool.name})
+            return
+        if capacity_block:
+            for_provider["capacityType"] = "CAPACITY_BLOCK"
+            self.capacity_reservation(pool, capacity_block.capacity_reservation_id, size.maximum)
+        template = self.launch_template(pool, facts, efa)
+
+        def build(version: int) -> None:
+            launch = {"name": template, "version": str(int(version))}
+            self.node_group(
+                key,
+                name,
+                for_provider | {"launchTemplate": launch},
+                sizes,
+                {"modelplane.ai/pool": pool.name},
+            )
+
+        lt = c.observed(f"launch-template-{pool.name}")
+        c.keep_or_build(
+            key,
+            {"version": lt.at_provider("latestVersion") if lt else None},
+            build,
+            "launch template version",
+        )
+
+    def launch_template(self, pool: Pool, facts: shapes.EC2Type | None, efa: bool) -> str:
+        """A launch template for a Capacity Block or EFA pool; returns its name."""
+        c, shape = self.cloud, pool.shape
+        key = f"launch-template-{pool.name}"
+        name = c.name("lt", pool.name)
+        for_provider: dict = {
+            "name": name,
+            "instanceType": shape.instance_type,
+            "updateDefaultVersion": True,
+            "blockDeviceMappings": [
+                {
+                    "deviceName": "/dev/xvda",
+                    "ebs": {
+                        "volumeSize": shape.disk_size_gb,
+                        "volumeType": "gp3",
+                        "encrypted": "true",
+                        "deleteOnTermination": "true",
+                    },
+                }
+            ],
+            # IMDSv2 only; two hops so pods behind the node's network can still reach it.
+            "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2},
+            "tags": self.tags,
+        }
+        capacity_block = pool.spec.capacity_block
+        if capacity_block:
+            for_provider["instanceMarketOptions"] = {"marketType": "capacity-block"}
+            for_provider["capacityReservationSpecification"] = {
+                "capacityReservationTarget": {
+                    "capacityReservationId": capacity_block.capacity_reservation_id
+                }
+            }
+        if not efa:
+            self.mr(key, EC2, "LaunchTemplate", name, for_provider)
+            return name
+
+        placement = None
+        if not capacity_block:
+            # On demand, a cluster placement group keeps EFA peers close; a Capacity Block is
+            # already colocated.
+            placement = c.name("pg", pool.name)
+            self.mr(
+                f"placement-group-{pool.name}",
+                EC2,
+                "PlacementGroup",
+                placement,
+                {"strategy": "cluster", "tags": self.tags},
+            )
+
+        def build(efa_group: str, cluster_group: str, placed: bool) -> None:
+            del placed
+            groups = [efa_group, cluster_group]
+            interfaces = [{**i, "securityGroups": groups} for i in efa_interfaces(facts)]
+            spec = for_provider | {"networkInterfaces": interfaces}
+            if placement:
+                spec["placement"] = {"groupName": placement}
+            self.mr(key, EC2, "LaunchTemplate", name, spec)
+
+        efa_sg = c.observed("efa-security-group")
+        cluster = c.observed("cluster")
+        placed = placement is None or c.is_ready(f"placement-group-{pool.name}")
+        c.keep_or_build(
+            key,
+            {
+                "efa_group": efa_sg.at_provider("id") if efa_sg else None,
+                "cluster_group": cluster.at_provider("vpcConfig", "clusterSecurityGroupId")
+                if cluster
+                else None,
+                "placed": True if placed else None,
+            },
+            build,
+            "EFA and cluster security group ids",
+        )
+        return name
+
+    def capacity_reservation(self, pool: Pool, reservation: str, largest: int) -> None:
+        """Observe the Capacity Block itself, and say when it cannot carry the pool."""
+        c = self.cloud
+        key = f"capacity-reservation-{pool.name}"
+        self.mr(
+            key,
+            EC2,
+            "CapacityReservation",
+            c.name("cr", pool.name),
+            {},
+            policies=OBSERVE_ONLY,
+            annotations={names.EXTERNAL_NAME: reservation},
+        )
+        # Observe-only: it is there to be read, and a reservation's state is no reason to wait.
+        c.add(key, c.resources[key].body, ready=True)
+        seen = c.observed(key)
+        if seen is None:
+            return
+        where = f"capacity reservation {reservation} of pool {pool.name!r}"
+        if not seen.ready:
+            ready = seen.condition("Ready") or {}
+            synced = seen.condition("Synced") or {}
+            said = synced.get("message") or ready.get("message") or ready.get("reason")
+            if said or ready:
+                c.warn(
+                    f"{where} is not active (expired, cancelled, not started or not found): "
+                    f"{said or 'no report yet'}",
+                    reason="CapacityBlockInactive",
+                )
+            return
+        zone = seen.at_provider("availabilityZone")
+        if zone and pool.spec.zones != [zone]:
+            c.warn(f"{where} is in {zone}, but the pool's zones are {pool.spec.zones}")
+        instance_type = seen.at_provider("instanceType")
+        if instance_type and instance_type != pool.shape.instance_type:
+            c.warn(
+                f"{where} reserves {instance_type}, but class {pool.cls.name!r} asks for "
+                f"{pool.shape.instance_type}"
+            )
+        count = seen.at_provider("instanceCount")
+        if isinstance(count, int | float) and count < largest:
+            c.warn(
+                f"{where} reserves {int(count)} instances, fewer than the pool's {largest} nodes"
+            )
+        ends = seen.at_provider("endDate")
+        if ends:
+            c.results.append(Result("Normal", f"{where} is active until {ends}", "CapacityBlock"))
+
+    def efa_security_group(self) -> None:
+        """All traffic between EFA interfaces: a group that admits itself, both ways."""
+        c = self.cloud
+        group = c.name("efa")
+        self.mr(
+            "efa-security-group",
+            EC2,
+            "SecurityGroup",
+            group,
+            {
+                "name": group,
+                "description": "EFA traffic between the GPU nodes of one cluster",
+                "vpcIdRef": {"name": c.name("vpc")},
+                "tags": self.tags,
+            },
+            labels={"modelplane.ai/fabric": "EFA"},
+        )
+        for direction, kind in (
+            ("ingress", "SecurityGroupIngressRule"),
+            ("egress", "SecurityGroupEgressRule"),
+        ):
+            self.mr(
+                f"efa-security-group-{direction}",
+                EC2,
+                kind,
+                c.name("efa", direction),
+                {
+                    "securityGroupIdRef": {"name": group},
+                    "referencedSecurityGroupIdRef": {"name": group},
+                    "ipProtocol": "-1",
+                    "tags": self.tags,
+                },
+            )
+
+    def check_shape(self, pool: Pool, facts: shapes.EC2Type | None) -> None:
+        c, shape = self.cloud, pool.shape
+        where = f"pool {pool.name!r} (class {pool.cls.name!r}, {shape.instance_type})"
+        efa = pool.spec.fabric and pool.spec.fabric.type == "EFA"
+        if facts is None:
+            c.warn(f"{where}: instance type not in the shape table; composed as asked")
+            return
+        if efa and not facts.efa_cards:
+            c.warn(f"{where}: fabric EFA asked, but {shape.instance_type} has no EFA")
+        if efa and len(pool.spec.zones) != 1:
+            c.warn(f"{where}: EFA connects nodes of one Availability Zone; give the pool one zone")
+        if shape.accelerator and shape.accelerator.count != facts.gpus:
+            c.warn(
+                f"{where}: the class's accelerator count {shape.accelerator.count} disagrees "
+                f"with the {facts.gpus} {facts.model} GPUs of {shape.instance_type}"
+            )
+        declared = gpu_devices(pool)
+        if declared is not None and declared != facts.gpus:
+            c.warn(
+                f"{where}: the class declares {declared} GPU devices, but {shape.instance_type} "
+                f"has {facts.gpus}"
+            )
+
+    # --- storage --------------------------------------------------------------------------------
+
+    def storage(self) -> None:
+        c = self.cloud
+        self.mr(
+            "efs-filesystem",
+            EFS,
+            "FileSystem",
+            c.name("efs"),
+            {
+                "creationToken": c.name("efs"),
+                "encrypted": True,
+                "performanceMode": "generalPurpose",
+                "throughputMode": "elastic",
+                "tags": self.tags,
+            },
+        )
+        group = c.name("efs-nfs")
+        self.mr(
+            "efs-security-group",
+            EC2,
+            "SecurityGroup",
+            group,
+            {
+                "name": group,
+                "description": "NFS to the model cache file system from the cluster's VPC",
+                "vpcIdRef": {"name": c.name("vpc")},
+                "tags": self.tags,
+            },
+            labels={"modelplane.ai/sg-role": "efs"},
+        )
+        self.mr(
+            "efs-security-group-ingress",
+            EC2,
+            "SecurityGroupIngressRule",
+            c.name("efs-nfs", "ingress"),
+            {
+                "securityGroupIdRef": {"name": group},
+                "cidrIpv4": aws_network.VPC_CIDR,
+                "ipProtocol": "tcp",
+                "fromPort": 2049,
+                "toPort": 2049,
+                "tags": self.tags,
+            },
+        )
+        for zone in self.zones:
+            self.mr(
+                f"efs-mount-target-{zone}",
+                EFS,
+                "MountTarget",
+                c.name("efs-mt", zone),
+                {
+                    "fileSystemIdRef": {"name": c.name("efs")},
+                    "subnetIdRef": {"name": c.name("private", zone)},
+                    "securityGroupsRefs": [{"name": group}],
+                },
+            )
+
+    # --- on the cluster -------------------------------------------------------------------------
+
+    def autoscaler(self, provider_config: str | None) -> None:
+        c = self.cloud
+        key = "release-cluster-autoscaler"
+        if provider_config is None or not c.on_cluster(key):
+            return
+        values = {
+            "cloudProvider": "aws",
+            "awsRegion": self.region,
+            "autoDiscovery": {"clusterName": self.cluster_name},
+            "rbac": {"serviceAccount": {"name": "cluster-autoscaler"}},
+            "extraArgs": {
+                "balance-similar-node-groups": True,
+                # GPU pools may sit at zero: the node group's labels and taints come from EKS.
+                "scale-down-unneeded-time": "10m",
+                "enable-dynamic-resource-allocation": True,
+            },
+        }
+        c.add(
+            key,
+            kube.release(
+                c.xr,
+                "cluster-autoscaler",
+                CLOUD_CHARTS["cluster-autoscaler"],
+                provider_config,
+                values,
+                policies=kube.ORPHAN,
+            ),
+        )
+
+    def efa_dra_driver(self, provider_config: str | None) -> None:
+        c = self.cloud
+        key = "release-efa-dra-driver"
+        if provider_config is None or not c.on_cluster(key):
+            return
+        values = {
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        }
+        c.add(
+            key,
+            kube.release(
+                c.xr,
+                "efa-dra-driver",
+                CLOUD_CHARTS["efa-dra-driver"],
+                provider_config,
+                values,
+                policies=kube.ORPHAN,
+            ),
+        )
+
+    def storage_class(self, provider_config: str | None) -> str | None:
+        c = self.cloud
+        key = "storage-class-rwx-efs"
+        if provider_config is None or not c.on_cluster(key):
+            return None
+
+        def build(filesystem: str) -> None:
+            manifest = kube.storage_class(
+                STORAGE_CLASS,
+                "efs.csi.aws.com",
+                parameters={
+                    "provisioningMode": "efs-ap",
+                    "fileSystemId": filesystem,
+                    "directoryPerms": "700",
+                },
+                reclaimPolicy="Delete",
+                volumeBindingMode="Immediate",
+            )
+            c.add(
+                key,
+                kube.manifest_object(c.xr, key, manifest, provider_config, policies=kube.ORPHAN),
+            )
+
+        fs = c.observed("efs-filesystem")
+        c.keep_or_build(
+            key, {"filesystem": fs.at_provider("id") if fs else None}, build, "EFS file system id"
+        )
+        return STORAGE_CLASS if key in c.resources else None
+
+
+def efa_interfaces(facts: shapes.EC2Type | None) -> list[dict]:
+    """One EFA per EFA-capable network card, laid out as the EC2 guide says today.
+
+    Card 0 carries the node's primary ENA interface at device 0 (and, if card 0 has EFA, an
+    efa-only interface at device 1); every other EFA card gets one efa-only interface at device
+    0. Secondary cards must be efa-only: as plain `efa` they would be managed as IP interfaces
+    and the node would never join.
+    """
+    cards = facts.efa_cards if facts and facts.efa_cards else (0,)
+    interfaces = [{"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}]
+    for card in cards:
+        interfaces.append(
+            {
+                "networkCardIndex": card,
+                "deviceIndex": 1 if card == 0 else 0,
+                "interfaceType": "efa-only",
+            }
+        )
+    return [{**i, "deleteOnTermination": "true"} for i in interfaces]
+
+
+def gpu_devices(pool: Pool) -> int | None:
+    """GPUs the class declares (devices published by gpu.nvidia.com), if it declares any."""
+    counts = [d.count for d in pool.cls.spec.devices if d.driver == "gpu.nvidia.com"]
+    return sum(counts) if counts else None

@@ -1,0 +1,191 @@
+"""What each provider reports about a managed resource it reconciled: the model the provider
+simulators play (the `crossplane render` convergence loop and the real control-plane stage).
+
+The model is written from the providers' documented behaviour, not from the function's output:
+for each kind, which `status.atProvider` fields the provider fills (ids, ARNs, endpoints), what it
+sets as external name, and which connection details it publishes. Ids are derived from the
+resource's name, so a replayed reconcile sees the same ids. `observe(body)` answers for one
+composed resource; kinds without an entry get the generic answer (Ready, Synced, id = name).
+
+A `World` holds what exists outside the control plane and is not composed: purchased Capacity
+Blocks, the GCP project of a ProviderConfig, the objects a workload cluster already runs.
+"""
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+ACCOUNT = "123456789012"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A provider's report on one resource: its status, external name and connection secret."""
+
+    status: dict
+    external_name: str | None = None
+    # Connection details the provider writes to spec.writeConnectionSecretToRef (string values).
+    connection: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class World:
+    """Things that exist in the clouds before the function composes anything."""
+
+    # Capacity Block reservation id -> what EC2 reports about it (atProvider fields).
+    capacity_reservations: dict[str, dict] = field(default_factory=dict)
+
+
+def conditions(ready: bool = True, reason: str = "Available", message: str = "") -> list[dict]:
+    ready_condition = {"type": "Ready", "status": "True" if ready else "False", "reason": reason}
+    synced = {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}
+    if message:
+        synced = {"type": "Synced", "status": "False", "reason": "ReconcileError"}
+        synced["message"] = message
+    return [ready_condition, synced]
+
+
+def digest(*parts: str, length: int = 17) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:length]
+
+
+def _name(body: dict) -> str:
+    return body.get("metadata", {}).get("name", "")
+
+
+def _for_provider(body: dict) -> dict:
+    return body.get("spec", {}).get("forProvider", {})
+
+
+def _region(body: dict) -> str:
+    return _for_provider(body).get("region", "us-east-1")
+
+
+def _aws_id(prefix: str) -> Callable[[dict, World], dict]:
+    def report(body: dict, world: World) -> dict:
+        del world
+        return {"id": f"{prefix}-{digest(_name(body))}"}
+
+    return report
+
+
+def _arn(service: str, resource: str) -> Callable[[dict, World], dict]:
+    def report(body: dict, world: World) -> dict:
+        del world
+        name = _name(body)
+        return {"id": name, "arn": f"arn:aws:{service}::{ACCOUNT}:{resource}/{name}"}
+
+    return report
+
+
+def _eks_cluster(body: dict, world: World) -> dict:
+    del world
+    name, region = _name(body), _region(body)
+    return {
+        "id": name,
+        "arn": f"arn:aws:eks:{region}:{ACCOUNT}:cluster/{name}",
+        "endpoint": f"https://{digest(name, length=32).upper()}.gr7.{region}.eks.amazonaws.com",
+        "status": "ACTIVE",
+        "version": _for_provider(body).get("version"),
+        "vpcConfig": {
+            "clusterSecurityGroupId": f"sg-{digest(name, 'cluster-sg')}",
+            "vpcId": f"vpc-{digest(name, 'vpc')}",
+        },
+    }
+
+
+def _launch_template(body: dict, world: World) -> dict:
+    del world
+    return {
+        "id": f"lt-{digest(_name(body))}",
+        "latestVersion": 1,
+        "defaultVersion": 1,
+        "name": _for_provider(body).get("name"),
+    }
+
+
+def _capacity_reservation(body: dict, world: World) -> dict | None:
+    reservation = body.get("metadata", {}).get("annotations", {}).get("crossplane.io/external-name")
+    known = world.capacity_reservations.get(reservation or "")
+    if known is None:
+        return None  # EC2 does not know it: the provider cannot observe it
+    return {"id": reservation, **known}
+
+
+# (apiVersion group, kind) -> what the provider reports in atProvider.
+AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
+    ("ec2.aws.m.upbound.io", "VPC"): _aws_id("vpc"),
+    ("ec2.aws.m.upbound.io", "Subnet"): _aws_id("subnet"),
+    ("ec2.aws.m.upbound.io", "InternetGateway"): _aws_id("igw"),
+    ("ec2.aws.m.upbound.io", "NATGateway"): _aws_id("nat"),
+    ("ec2.aws.m.upbound.io", "EIP"): _aws_id("eipalloc"),
+    ("ec2.aws.m.upbound.io", "RouteTable"): _aws_id("rtb"),
+    ("ec2.aws.m.upbound.io", "Route"): _aws_id("r-rtb"),
+    ("ec2.aws.m.upbound.io", "RouteTableAssociation"): _aws_id("rtbassoc"),
+    ("ec2.aws.m.upbound.io", "SecurityGroup"): _aws_id("sg"),
+    ("ec2.aws.m.upbound.io", "SecurityGroupIngressRule"): _aws_id("sgr"),
+    ("ec2.aws.m.upbound.io", "SecurityGroupEgressRule"): _aws_id("sgr"),
+    ("ec2.aws.m.upbound.io", "LaunchTemplate"): _launch_template,
+    ("ec2.aws.m.upbound.io", "PlacementGroup"): _arn("ec2", "placement-group"),
+    ("ec2.aws.m.upbound.io", "CapacityReservation"): _capacity_reservation,
+    ("iam.aws.m.upbound.io", "Role"): _arn("iam", "role"),
+    ("iam.aws.m.upbound.io", "Policy"): _arn("iam", "policy"),
+    ("iam.aws.m.upbound.io", "RolePolicyAttachment"): _aws_id("attach"),
+    ("eks.aws.m.upbound.io", "Cluster"): _eks_cluster,
+    ("eks.aws.m.upbound.io", "NodeGroup"): _arn("eks", "nodegroup"),
+    ("eks.aws.m.upbound.io", "Addon"): _arn("eks", "addon"),
+    ("eks.aws.m.upbound.io", "PodIdentityAssociation"): _aws_id("a"),
+    ("eks.aws.m.upbound.io", "ClusterAuth"): lambda body, world: {},
+    ("efs.aws.m.upbound.io", "FileSystem"): _aws_id("fs"),
+    ("efs.aws.m.upbound.io", "MountTarget"): _aws_id("fsmt"),
+}
+
+
+def kubeconfig(name: str) -> str:
+    """A kubeconfig as a provider writes it (the simulator's; no real credentials)."""
+    return (
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: {name}, cluster: {{server: 'https://{digest(name)}.example'}}}}]\n"
+        f"users: [{{name: {name}, user: {{token: simulated-{digest(name, 'token')}}}}}]\n"
+        f"contexts: [{{name: {name}, context: {{cluster: {name}, user: {name}}}}}]\n"
+        f"current-context: {name}\n"
+    )
+
+
+# Kinds whose connection secret carries a kubeconfig.
+KUBECONFIG_WRITERS = {("eks.aws.m.upbound.io", "ClusterAuth")}
+
+
+def observe(body: dict, world: World | None = None) -> Observation:
+    """What the provider of body reports once it has reconciled it."""
+    world = world or World()
+    group = body.get("apiVersion", "").split("/")[0]
+    kind = body.get("kind", "")
+    name = _name(body)
+    external = (
+        body.get("metadata", {}).get("annotations", {}).get("crossplane.io/external-name", name)
+    )
+    report = AT_PROVIDER.get((group, kind))
+    at_provider = report(body, world) if report else {"id": external}
+    if at_provider is None:
+        return Observation(
+            status={
+                "conditions": conditions(
+                    ready=False,
+                    reason="ReconcileError",
+                    message=f"cannot observe external resource: {external} not found",
+                ),
+                "atProvider": {},
+            },
+            external_name=external,
+        )
+    connection = {}
+    if (group, kind) in KUBECONFIG_WRITERS and body.get("spec", {}).get(
+        "writeConnectionSecretToRef"
+    ):
+        connection = {"kubeconfig": kubeconfig(name)}
+    return Observation(
+        status={"conditions": conditions(), "atProvider": at_provider},
+        external_name=at_provider.get("id", external) if report else external,
+        connection=connection,
+    )

@@ -1,0 +1,289 @@
+"""The EKS renderer: zones and CIDRs, node groups, launch templates, Capacity Blocks, shapes."""
+
+import copy
+import ipaddress
+
+import pytest
+
+from function import shapes
+from function.clusters import aws_network
+from function.clusters.eks import efa_interfaces
+from function.compose import compose_cluster
+from function.inputs import Observed, ObservedResource
+from function.output import Output
+from tests.builders import all_classes, example
+from tests.sim.providers import World, observe
+
+RESERVATION = "cr-0123456789abcdef0"
+MATCHING = {
+    "availabilityZone": "us-east-2b",
+    "instanceType": "p5en.48xlarge",
+    "instanceCount": 2,
+    "endDate": "2026-12-14T11:30:00Z",
+}
+
+
+def reported(out: Output, world: World | None = None, drop: tuple[str, ...] = ()) -> Observed:
+    """Everything out composed, as the providers would report it after reconciling."""
+    resources = {}
+    for key, desired in out.resources.items():
+        body = copy.deepcopy(desired.body)
+        if key not in drop:
+            seen = observe(body, world)
+            body["status"] = seen.status
+        resources[key] = ObservedResource(body)
+    return Observed(resources=resources)
+
+
+def converge(xr: dict, classes: list[dict], world: World | None = None, passes: int = 6):
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    for _ in range(passes):
+        out = compose_cluster(xr, all_classes(classes), reported(out, world))
+    return out
+
+
+def test_zone_cidrs_come_from_the_zone_letter_and_never_overlap():
+    region = "us-west-2"
+    zones = [region + letter for letter in aws_network.ZONE_LETTERS]
+    nets = [ipaddress.ip_network(aws_network.private_cidr(region, z)) for z in zones]
+    nets += [ipaddress.ip_network(aws_network.public_cidr(region, z)) for z in zones]
+    vpc = ipaddress.ip_network(aws_network.VPC_CIDR)
+    assert all(n.subnet_of(vpc) for n in nets)
+    assert not any(a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1 :])
+    assert aws_network.private_cidr(region, "us-west-2c") == "10.0.32.0/20"
+    assert aws_network.public_cidr(region, "us-west-2c") == "10.0.200.0/22"
+
+
+def test_adding_a_zone_leaves_every_other_zone_as_it_was():
+    xr, classes = example("eks-on-demand")
+    before = compose_cluster(xr, all_classes(classes), Observed())
+    grown = copy.deepcopy(xr)
+    grown["spec"]["nodePools"][0]["zones"] = ["us-west-2a", "us-west-2c"]
+    after = compose_cluster(grown, all_classes(classes), reported(before))
+    for key, desired in before.resources.items():
+        if key.endswith(("us-west-2a", "us-west-2b")):
+            assert after.resources[key].body == desired.body, key
+    assert "subnet-private-us-west-2c" in after.resources
+    assert set(before.resources) - set(after.resources) == set()
+
+
+def test_a_zone_once_built_outlives_its_last_pool():
+    xr, classes = example("eks-on-demand")
+    grown = copy.deepcopy(xr)
+    grown["spec"]["nodePools"][0]["zones"] = ["us-west-2c"]
+    built = compose_cluster(grown, all_classes(classes), Observed())
+    # Back to us-west-2a: the us-west-2c network stays, nothing is re-addressed.
+    again = compose_cluster(xr, all_classes(classes), reported(built))
+    assert {"subnet-private-us-west-2c", "nat-gateway-us-west-2c"} <= set(again.resources)
+    assert again.resources["subnet-private-us-west-2c"].body == (
+        built.resources["subnet-private-us-west-2c"].body
+    )
+
+
+def test_zones_are_padded_to_two_from_the_regions_letters():
+    xr, classes = example("eks-on-demand")
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    assert {k for k in out.resources if k.startswith("subnet-private-")} == {
+        "subnet-private-us-west-2a",
+        "subnet-private-us-west-2b",
+    }
+    xr["spec"]["cluster"]["eks"]["region"] = "us-west-1"
+    for p in xr["spec"]["nodePools"]:
+        p.pop("zones", None)
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    assert {k for k in out.resources if k.startswith("subnet-private-")} == {
+        "subnet-private-us-west-1b",
+        "subnet-private-us-west-1c",
+    }
+
+
+def test_efa_interfaces_follow_the_current_ec2_layout():
+    p5en = efa_interfaces(shapes.EC2["p5en.48xlarge"])
+    assert p5en[0] == {
+        "networkCardIndex": 0,
+        "deviceIndex": 0,
+        "interfaceType": "interface",
+        "deleteOnTermination": "true",
+    }
+    efa = [i for i in p5en if i["interfaceType"] == "efa-only"]
+    assert [i["networkCardIndex"] for i in efa] == list(range(16))
+    assert efa[0]["deviceIndex"] == 1 and all(i["deviceIndex"] == 0 for i in efa[1:])
+    assert not any(i["interfaceType"] == "efa" for i in p5en)
+    # p6-b300: card 0 carries no EFA, sixteen other cards do.
+    b300 = efa_interfaces(shapes.EC2["p6-b300.48xlarge"])
+    assert [i["networkCardIndex"] for i in b300 if i["interfaceType"] == "efa-only"] == list(
+        range(1, 17)
+    )
+    assert (
+        len(
+            [
+                i
+                for i in efa_interfaces(shapes.EC2["p6-b200.48xlarge"])
+                if i["interfaceType"] == "efa-only"
+            ]
+        )
+        == 8
+    )
+    assert len(efa_interfaces(shapes.EC2["p5.48xlarge"])) == 33
+
+
+def test_launch_template_waits_for_both_security_groups_then_sticks():
+    xr, classes = example("eks")
+    world = World(capacity_reservations={RESERVATION: MATCHING})
+    first = compose_cluster(xr, all_classes(classes), Observed())
+    assert "launch-template-gpu-h200" not in first.resources
+    assert "nodegroup-gpu-h200" not in first.resources
+    out = converge(xr, classes, world)
+    lt = out.resources["launch-template-gpu-h200"].body["spec"]["forProvider"]
+    groups = lt["networkInterfaces"][0]["securityGroups"]
+    assert len(groups) == 2 and all(g.startswith("sg-") for g in groups)
+    assert out.resources["nodegroup-gpu-h200"].body["spec"]["forProvider"]["launchTemplate"] == {
+        "name": lt["name"],
+        "version": "1",
+    }
+    # The cluster's and the EFA group's status vanish: the template and group stay as they are.
+    lost = reported(out, world, drop=("cluster", "efa-security-group", "launch-template-gpu-h200"))
+    again = compose_cluster(xr, all_classes(classes), lost)
+    for key in ("launch-template-gpu-h200", "nodegroup-gpu-h200"):
+        assert again.resources[key].body["spec"] == out.resources[key].body["spec"], key
+
+
+def test_capacity_block_node_group_and_launch_template():
+    xr, classes = example("eks")
+    out = converge(xr, classes, World(capacity_reservations={RESERVATION: MATCHING}))
+    group = out.resources["nodegroup-gpu-h200"].body["spec"]
+    assert group["forProvider"]["capacityType"] == "CAPACITY_BLOCK"
+    assert "instanceTypes" not in group["forProvider"]
+    assert group["initProvider"] == {"scalingConfig": {"desiredSize": 2}}
+    assert "LateInitialize" not in group["managementPolicies"]
+    lt = out.resources["launch-template-gpu-h200"].body["spec"]["forProvider"]
+    assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert lt["capacityReservationSpecification"] == {
+        "capacityReservationTarget": {"capacityReservationId": RESERVATION}
+    }
+    reservation = out.resources["capacity-reservation-gpu-h200"].body
+    assert reservation["spec"]["managementPolicies"] == ["Observe"]
+    assert reservation["metadata"]["annotations"]["crossplane.io/external-name"] == RESERVATION
+    assert not [r for r in out.results if r.severity == "Warning"]
+
+
+@pytest.mark.parametrize(
+    ("reported_reservation", "expected"),
+    [
+        ({**MATCHING, "availabilityZone": "us-east-2a"}, "is in us-east-2a, but the pool's zones"),
+        ({**MATCHING, "instanceType": "p5.48xlarge"}, "reserves p5.48xlarge, but class"),
+        ({**MATCHING, "instanceCount": 1}, "reserves 1 instances, fewer than the pool's 2 nodes"),
+        (None, "is not active (expired, cancelled, not started or not found)"),
+    ],
+    ids=["zone", "instance-type", "count", "gone"],
+)
+def test_capacity_block_mismatches_are_warned_naming_the_pool(reported_reservation, expected):
+    xr, classes = example("eks")
+    world = World(
+        capacity_reservations={RESERVATION: reported_reservation} if reported_reservation else {}
+    )
+    out = converge(xr, classes, world)
+    warnings = [r.message for r in out.results if r.severity == "Warning"]
+    assert any(expected in w and "pool 'gpu-h200'" in w for w in warnings), warnings
+    # A reservation's state never holds the cluster back or removes anything.
+    assert "nodegroup-gpu-h200" in out.resources
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"instanceType": "g6.xlarge"}, "fabric EFA asked, but g6.xlarge has no EFA"),
+        ({"accelerator": {"type": "nvidia-h200", "count": 4}}, "accelerator count 4 disagrees"),
+        ({"instanceType": "p9.96xlarge"}, "instance type not in the shape table"),
+    ],
+    ids=["efa-without-efa", "accelerator-count", "unknown-type"],
+)
+def test_shape_warnings(change, expected):
+    xr, classes = example("eks")
+    classes = copy.deepcopy(classes)
+    classes[0]["spec"]["provisioning"]["eks"].update(change)
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    warnings = [r.message for r in out.results if r.reason == "ShapeMismatch"]
+    assert any(expected in w for w in warnings), warnings
+    assert all("pool 'gpu-h200'" in w for w in warnings)
+
+
+def test_declared_gpu_devices_are_checked_against_the_instance():
+    xr, classes = example("eks")
+    classes = copy.deepcopy(classes)
+    classes[0]["spec"]["devices"][0]["count"] = 4
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    assert any("declares 4 GPU devices, but p5en.48xlarge has 8" in r.message for r in out.results)
+
+
+def test_autoscaling_range_without_a_size_starts_at_its_minimum():
+    xr, classes = example("eks-on-demand")
+    pool = xr["spec"]["nodePools"][0]
+    pool.update(nodeCount=1, minNodeCount=2, maxNodeCount=10)
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    spec = out.resources["nodegroup-gpu-l4"].body["spec"]
+    assert spec["forProvider"]["scalingConfig"] == {"minSize": 2, "maxSize": 10}
+    assert spec["initProvider"] == {"scalingConfig": {"desiredSize": 2}}
+    assert out.status["gpuPools"][0]["nodes"] == 10
+
+
+def test_fixed_pool_and_pool_without_zones():
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["nodePools"][1].pop("maxNodeCount")
+    xr["spec"]["nodePools"][1]["nodeCount"] = 3
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    spec = out.resources["nodegroup-gpu-l40s"].body["spec"]
+    assert spec["forProvider"]["scalingConfig"] == {"minSize": 3, "maxSize": 3}
+    # No zones: every private subnet of the cluster.
+    assert [r["name"] for r in spec["forProvider"]["subnetIdRefs"]] == [
+        out.resources["subnet-private-us-west-2a"].body["metadata"]["name"],
+        out.resources["subnet-private-us-west-2b"].body["metadata"]["name"],
+    ]
+    assert spec["forProvider"]["instanceTypes"] == ["g6e.12xlarge"]
+    assert spec["forProvider"]["taint"] == [
+        {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+    ]
+
+
+def test_pool_names_that_are_label_values_get_valid_cloud_names():
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["nodePools"][0]["name"] = "H100_Pool"
+    xr["spec"]["nodePools"][1]["name"] = "h100-pool"
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    a = out.resources["nodegroup-H100_Pool"].body
+    b = out.resources["nodegroup-h100-pool"].body
+    assert a["metadata"]["name"] != b["metadata"]["name"]
+    for body in (a, b):
+        assert body["metadata"]["name"].islower() and "_" not in body["metadata"]["name"]
+    assert a["spec"]["forProvider"]["labels"]["modelplane.ai/pool"] == "H100_Pool"
+    assert [p["name"] for p in out.status["gpuPools"]] == ["H100_Pool", "h100-pool"]
+
+
+def test_a_class_of_another_cloud_is_an_invalid_pool_and_keeps_its_resources():
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes)
+    broken = copy.deepcopy(classes)
+    broken[1]["spec"]["provisioning"] = {
+        "provider": "GKE",
+        "gke": {"machineType": "g2-standard-8", "accelerator": {"type": "nvidia-l4"}},
+    }
+    again = compose_cluster(xr, all_classes(broken), reported(out))
+    assert set(again.resources) == set(out.resources)
+    assert (
+        again.resources["nodegroup-gpu-l40s"].body["spec"]
+        == (out.resources["nodegroup-gpu-l40s"].body["spec"])
+    )
+    cluster_ready = next(c for c in again.conditions if c.type == "ClusterReady")
+    assert (cluster_ready.status, cluster_ready.reason) == (False, "InvalidNodePool")
+    assert "spec.nodePools[1] 'gpu-l40s'" in cluster_ready.message
+    assert "eks-l40s-4x-g6e" in cluster_ready.message
+    assert any(r.reason == "InvalidNodePool" for r in again.results)
+
+
+def test_wait_message_names_what_it_waits_for():
+    xr, classes = example("eks-on-demand")
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    message = next(c for c in out.conditions if c.type == "ClusterReady").message
+    assert message.startswith("waiting for ")
+    assert "addon-aws-efs-csi-driver" in message and "and " in message
+    assert len(message) <= 512

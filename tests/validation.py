@@ -1,0 +1,88 @@
+"""Validate rendered resources against the real schemas, and the manifests Objects carry too.
+
+- Composed resources: `crossplane beta validate --error-on-missing-schemas` against the XRDs in
+  apis/, the provider and Crossplane CRDs in ../shared/crds, with schema defaults, unknown fields
+  and CEL, as the API server would.
+- Manifests inside provider-kubernetes Objects go to the workload cluster: those of CRD kinds
+  (cert-manager, Gateway API, ...) through the same validate call against ../shared/crds/workload,
+  core kinds (StorageClass, Namespace, Deployment, ...) against the Kubernetes OpenAPI schema of
+  the `kubernetes-validate` package, strictly (unknown fields are errors).
+"""
+
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import yaml
+
+from tests.conftest import APIS, CROSSPLANE_IMAGE, crd_files
+
+# The Kubernetes version whose core schemas embedded manifests are checked against (the oldest
+# default the API admits: 1.34 on AKS and Nebius; kubernetes-validate ships 1.35 as the closest).
+KUBERNETES_VERSION = "1.35"
+# Core kinds have no CRD; validate reports them as missing schemas, so they go the other way.
+CORE_GROUPS = {"", "v1", "apps", "rbac.authorization.k8s.io", "storage.k8s.io", "batch"}
+CORE_CRD_KIND = ("apiextensions.k8s.io", "CustomResourceDefinition")
+
+
+def group_of(doc: dict) -> str:
+    api = doc.get("apiVersion", "")
+    return api.split("/")[0] if "/" in api else ""
+
+
+def is_core(doc: dict) -> bool:
+    return group_of(doc) in CORE_GROUPS or (group_of(doc), doc.get("kind")) == CORE_CRD_KIND
+
+
+def embedded(docs: list[dict]) -> list[dict]:
+    """The manifests carried by provider-kubernetes Objects."""
+    return [
+        d["spec"]["forProvider"]["manifest"]
+        for d in docs
+        if d.get("kind") == "Object" and d.get("apiVersion", "").startswith("kubernetes.")
+    ]
+
+
+def unique(docs: list[dict]) -> list[dict]:
+    return list({yaml.safe_dump(d, sort_keys=True): d for d in docs}.values())
+
+
+def validate_everything(
+    crossplane: str, cache: Path, docs: list[dict], workdir: Path
+) -> tuple[int, str]:
+    """Validate composed docs and their embedded manifests; returns (count, validate's report).
+
+    Fails the calling test on any error.
+    """
+    composed = [d for d in docs if d.get("kind") != "Result"]
+    manifests = embedded(composed)
+    core = [m for m in manifests if is_core(m)]
+    for manifest in unique(core):
+        # Raises kubernetes_validate.ValidationError naming the field.
+        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+    checked = unique(composed + [m for m in manifests if not is_core(m)])
+    path = workdir / "rendered.yaml"
+    path.write_text(yaml.safe_dump_all(checked))
+    extensions = ",".join([str(APIS), *(str(p) for p in crd_files())])
+    proc = subprocess.run(
+        [
+            crossplane,
+            "beta",
+            "validate",
+            f"--cache-dir={cache}",
+            f"--crossplane-image={CROSSPLANE_IMAGE}",
+            "--error-on-missing-schemas",
+            "--skip-success-results",
+            extensions,
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    report = proc.stdout + proc.stderr
+    assert proc.returncode == 0, report
+    assert f"Total {len(checked)} resources: 0 missing schemas" in report, report
+    assert "0 failure cases" in report, report
+    return len(checked) + len(unique(core)), report
