@@ -14,7 +14,10 @@ import grpc
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-from tests.builders import example
+from function.compose import compose_cluster
+from function.inputs import Observed, ObservedResource
+from tests.builders import all_classes, example
+from tests.sim.providers import observe
 from tests.tools.server import function_server
 
 # Targets, per call. Crossplane shares a 2-minute budget across every step of a reconcile and runs
@@ -22,6 +25,7 @@ from tests.tools.server import function_server
 TARGETS = {
     "existing p99 (ms)": 15.0,
     "large p99 (ms)": 60.0,
+    "eks-8-pools p99 (ms)": 60.0,
     "server RSS after load (MiB)": 150.0,
 }
 CALLS = 300
@@ -63,6 +67,28 @@ def large_request() -> fnv1.RunFunctionRequest:
     return req
 
 
+def eks_request() -> fnv1.RunFunctionRequest:
+    """An 8-pool EKS cluster in steady state: everything composed, observed and Ready."""
+    xr, classes = example("eks-on-demand")
+    template = xr["spec"]["nodePools"][0]
+    xr["spec"]["nodePools"] = [{**template, "name": f"gpu-{i}"} for i in range(8)]
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    for _ in range(5):
+        seen = {}
+        for key, desired in out.resources.items():
+            body = copy.deepcopy(desired.body)
+            body["status"] = observe(body).status
+            seen[key] = ObservedResource(body)
+        out = compose_cluster(xr, all_classes(classes), Observed(resources=seen))
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    for c in classes:
+        req.required_resources["inference-classes"].items.add().resource.update(c)
+    for key, res in seen.items():
+        req.observed.resources[key].resource.update(res.body)
+    return req
+
+
 def percentile(samples: list[float], q: float) -> float:
     return statistics.quantiles(samples, n=100)[int(q) - 1]
 
@@ -87,7 +113,12 @@ def main() -> int:
     results: dict[str, float] = {}
     with function_server() as server, grpc.insecure_channel(server.target) as channel:
         stub = grpcv1.FunctionRunnerServiceStub(channel)
-        for name, req in (("existing", existing_request()), ("large", large_request())):
+        cases = (
+            ("existing", existing_request()),
+            ("large", large_request()),
+            ("eks-8-pools", eks_request()),
+        )
+        for name, req in cases:
             stub.RunFunction(req, timeout=10)  # warm up
             samples = time_calls(stub, req)
             results[f"{name} p50 (ms)"] = statistics.median(samples)
