@@ -36,7 +36,9 @@ def compose_class(body: dict) -> Output:
 
 def compose_cluster(body: dict, required: dict[str, list[dict]], observed: Observed) -> Output:
     xr = parse_cluster(body)
-    inputs = Inputs(xr=xr, classes=resolve_classes(xr, required), observed=observed)
+    inputs = Inputs(
+        xr=xr, classes=resolve_classes(xr, required), observed=observed, required=required
+    )
 
     cluster = clusters.render(inputs)
     resources = {**cluster.resources, **serving.render(inputs, cluster)}
@@ -49,7 +51,7 @@ def compose_cluster(body: dict, required: dict[str, list[dict]], observed: Obser
         status=status.render(inputs, cluster),
         conditions=[cluster_condition(cluster), classes_condition(inputs.classes)],
         results=cluster.results + class_results(xr, inputs.classes),
-        requirements=class_requirements(xr, required),
+        requirements={**class_requirements(xr, required), **cluster.requirements},
         ready=None if complete and cluster.ready else False,
     )
 

@@ -149,4 +149,6 @@ def encode(out: Output, rsp: fnv1.RunFunctionResponse) -> None:
     for r in out.results:
         rsp.results.add(severity=SEVERITY[r.severity], message=r.message, reason=r.reason or "")
     for key, want in sorted(out.requirements.items()):
-        response.require_resources(rsp, key, want.api_version, want.kind, match_name=want.name)
+        response.require_resources(
+            rsp, key, want.api_version, want.kind, match_name=want.name, namespace=want.namespace
+        )

@@ -78,6 +78,9 @@ class Inputs:
     xr: InferenceCluster
     classes: Classes
     observed: Observed
+    # Every required resource Crossplane handed over, by requirement name; a name is absent until
+    # Crossplane has answered it.
+    required: Mapping[str, list[dict]] = field(default_factory=dict)
 
 
 def field_path(loc: tuple) -> str:

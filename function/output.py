@@ -36,6 +36,7 @@ class Requirement:
     api_version: str
     kind: str
     name: str | None = None
+    namespace: str | None = None
 
 
 @dataclass

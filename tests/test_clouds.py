@@ -7,8 +7,6 @@ every observed status lost, a pool dropped from the spec. Every resource rendere
 and every manifest inside an Object, is validated against the real schemas at the end.
 """
 
-import copy
-
 import pytest
 
 from tests.builders import example
@@ -28,11 +26,24 @@ CAPACITY_BLOCKS = World(
         }
     }
 )
-# Example -> the world its providers see.
+# Example -> the world its providers see. "<example>/H100_Pool" is the example with its first
+# pool renamed to a label value no cloud takes as a resource name.
 EXAMPLES: dict[str, World] = {
     "eks": CAPACITY_BLOCKS,
     "eks-on-demand": World(),
+    "eks-on-demand/H100_Pool": World(),
 }
+RENAMED_POOL = "H100_Pool"
+
+
+def load(name: str) -> tuple[dict, list[dict]]:
+    base, _, pool_name = name.partition("/")
+    xr, classes = example(base)
+    if pool_name:
+        xr["spec"]["nodePools"][0]["name"] = pool_name
+    return xr, classes
+
+
 # Example -> (pool to drop, the composed keys that are that pool's own).
 POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
     "eks": (
@@ -62,14 +73,14 @@ def renderer(crossplane, tmp_path_factory):
 def converged(renderer) -> dict[str, list[Pass]]:
     out = {}
     for name, world in EXAMPLES.items():
-        xr, classes = example(name)
+        xr, classes = load(name)
         out[name] = converge(renderer, xr, classes, world)
     return out
 
 
 def replay(renderer: Renderer, name: str, last: Pass, *, xr=None, classes=None, observed=None):
     """One more reconcile from a converged state, with something taken away."""
-    base_xr, base_classes = example(name)
+    base_xr, base_classes = load(name)
     return renderer.render(
         next_xr(xr or base_xr, last),
         base_classes if classes is None else classes,
@@ -92,10 +103,30 @@ def test_converges_to_a_ready_cluster(converged, name):
     assert status["namespace"] == "modelplane-system"
     pc = status["providerConfigRef"]["name"]
     assert last.composed["provider-config-kubernetes"]["metadata"]["name"] == pc
-    xr, _ = example(name)
+    xr, _ = load(name)
     assert [p["name"] for p in status["gpuPools"]] == [p["name"] for p in xr["spec"]["nodePools"]]
     assert last.warnings() == []
-    check_golden(f"{name}-converged", [last.xr, *last.composed.values(), *last.results])
+    if "/" not in name:
+        check_golden(f"{name}-converged", [last.xr, *last.composed.values(), *last.results])
+
+
+@pytest.mark.parametrize("name", [n for n in EXAMPLES if n.endswith(RENAMED_POOL)])
+def test_a_label_value_pool_name_makes_valid_cloud_names(converged, name):
+    """Its resources get lowercase, hashed names; its nodes the label as written."""
+    last = converged[name][-1]
+    pool_resources = [k for k in last.composed if k.endswith(f"-{RENAMED_POOL}")]
+    assert pool_resources
+    for key in pool_resources:
+        metadata_name = last.composed[key]["metadata"]["name"]
+        assert metadata_name == metadata_name.lower() and "_" not in metadata_name, key
+    labelled = [
+        body
+        for body in last.composed.values()
+        if RENAMED_POOL in str(body["spec"].get("forProvider", {}).get("labels", {}))
+        or RENAMED_POOL in str(body["spec"].get("forProvider", {}).get("nodeConfig", {}))
+    ]
+    assert labelled, "no node pool carries the modelplane.ai/pool label"
+    assert all("modelplane.ai/pool" in str(body["spec"]["forProvider"]) for body in labelled)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -128,8 +159,7 @@ def test_lost_observations_remove_and_change_nothing(renderer, converged, name):
 def test_dropping_a_pool_removes_exactly_its_resources(renderer, converged, name):
     last = converged[name][-1]
     pool, own = POOL_RESOURCES[name]
-    xr, _ = example(name)
-    xr = copy.deepcopy(xr)
+    xr, _ = load(name)
     xr["spec"]["nodePools"] = [p for p in xr["spec"]["nodePools"] if p["name"] != pool]
     if not xr["spec"]["nodePools"]:
         del xr["spec"]["nodePools"]

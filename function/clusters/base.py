@@ -19,7 +19,7 @@ from function import names, providerconfigs
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs, ObservedResource
 from function.models import Credentials, InferenceClass, NodePool
-from function.output import Desired, Result
+from function.output import Desired, Requirement, Result
 from function.providerconfigs import Identity, SecretKey
 
 PROVIDER_CONFIG_KEYS = ("provider-config-kubernetes", "provider-config-helm")
@@ -30,6 +30,14 @@ OBSERVE_ONLY = ["Observe"]
 # Crossplane's own reasons that mean "not there yet", shown as is in wait messages.
 _WAIT_MESSAGE_NAMES = 8
 _WAIT_MESSAGE_CHARS = 512
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A required resource: whether Crossplane answered yet, and what it found (None: nothing)."""
+
+    answered: bool
+    body: dict | None
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,7 @@ class Cloud:
     results: list[Result] = field(default_factory=list)
     invalid_pools: dict[str, str] = field(default_factory=dict)
     waiting_pools: list[str] = field(default_factory=list)
+    requirements: dict[str, Requirement] = field(default_factory=dict)
 
     @property
     def xr(self) -> str:
@@ -66,6 +75,24 @@ class Cloud:
 
     def observed(self, key: str) -> ObservedResource | None:
         return self.inputs.observed.resources.get(key)
+
+    def require(
+        self, key: str, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Fetched:
+        """Ask Crossplane for one resource by name; what it handed over this call, if anything."""
+        self.requirements[key] = Requirement(api_version, kind, name, namespace)
+        if key not in self.inputs.required:
+            return Fetched(answered=False, body=None)
+        items = self.inputs.required[key]
+        return Fetched(answered=True, body=items[0] if items else None)
+
+    def cloud_provider_config(self, api_group: str) -> Fetched:
+        """The cloud's own ProviderConfig or ClusterProviderConfig that the credentials name."""
+        creds = self.credentials
+        namespace = names.SYSTEM_NAMESPACE if creds.type == "ProviderConfig" else None
+        return self.require(
+            "cloud-provider-config", f"{api_group}/v1beta1", creds.type, creds.name, namespace
+        )
 
     def is_ready(self, key: str) -> bool:
         seen = self.observed(key)
@@ -226,6 +253,7 @@ class Cloud:
             provider_config=provider_config,
             storage_class=storage_class,
             complete=complete,
+            requirements=self.requirements,
         )
 
     def wait_list(self) -> dict[str, str | None]:

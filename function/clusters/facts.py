@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from function.output import Desired, Result
+from function.output import Desired, Requirement, Result
 
 
 @dataclass
@@ -17,3 +17,5 @@ class ClusterFacts:
     storage_class: str | None = None
     # False when an input was missing: resources already observed must be kept as they are.
     complete: bool = True
+    # Resources the renderer asks Crossplane for (a cloud ProviderConfig, say).
+    requirements: dict[str, Requirement] = field(default_factory=dict)
