@@ -16,6 +16,12 @@ def example(source: str) -> tuple[dict, list[dict]]:
     return xr, classes
 
 
+def provider_configs(source: str) -> list[dict]:
+    """The cloud ProviderConfigs an example hands over as required resources (may be none)."""
+    path = EXAMPLES / source / "providerconfig.yaml"
+    return [d for d in yaml.safe_load_all(path.read_text()) if d] if path.exists() else []
+
+
 def all_classes(classes: list[dict]) -> dict[str, list[dict]]:
     """Required resources as the Composition's bootstrap requirement hands them over."""
     return {"inference-classes": copy.deepcopy(classes)}

@@ -9,7 +9,7 @@ and every manifest inside an Object, is validated against the real schemas at th
 
 import pytest
 
-from tests.builders import example
+from tests.builders import example, provider_configs
 from tests.converge import Pass, Renderer, converge, next_xr, observed_as_provider_reports
 from tests.golden import check_golden
 from tests.sim.providers import World
@@ -74,7 +74,7 @@ def converged(renderer) -> dict[str, list[Pass]]:
     out = {}
     for name, world in EXAMPLES.items():
         xr, classes = load(name)
-        out[name] = converge(renderer, xr, classes, world)
+        out[name] = converge(renderer, xr, classes + provider_configs(name.split("/")[0]), world)
     return out
 
 
@@ -83,7 +83,7 @@ def replay(renderer: Renderer, name: str, last: Pass, *, xr=None, classes=None, 
     base_xr, base_classes = load(name)
     return renderer.render(
         next_xr(xr or base_xr, last),
-        base_classes if classes is None else classes,
+        (base_classes if classes is None else classes) + provider_configs(name.split("/")[0]),
         observed
         if observed is not None
         else observed_as_provider_reports(last.composed, EXAMPLES[name]),

@@ -18,6 +18,13 @@ def crossplane_bin() -> str:
     return os.environ.get("CROSSPLANE") or str(ROOT / ".tools" / "bin" / "crossplane")
 
 
+def required_files(example: Path) -> list[Path]:
+    """What an example hands over as required resources: its classes, and the cloud
+    ProviderConfig it authenticates with when the function must read it (GKE's project)."""
+    files = [example / "inferenceclasses.yaml", example / "providerconfig.yaml"]
+    return [f for f in files if f.exists()]
+
+
 def render_args(
     target: str, example: Path, *extra: str, composition: Path = COMPOSITION
 ) -> list[str]:
@@ -28,7 +35,7 @@ def render_args(
         str(example / "inferencecluster.yaml"),
         str(composition),
         str(FUNCTIONS),
-        f"--required-resources={example / 'inferenceclasses.yaml'}",
+        *(f"--required-resources={path}" for path in required_files(example)),
         f"--xrd={ROOT / 'apis' / 'inferenceclusters' / 'definition.yaml'}",
         "--include-function-results",
         f"--function-annotations=render.crossplane.io/runtime-development-target={target}",
