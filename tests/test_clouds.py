@@ -32,6 +32,9 @@ EXAMPLES: dict[str, World] = {
     "eks": CAPACITY_BLOCKS,
     "eks-on-demand": World(),
     "eks-on-demand/H100_Pool": World(),
+    "gke": World(),
+    "gke-team": World(),
+    "gke/H100_Pool": World(),
 }
 RENAMED_POOL = "H100_Pool"
 
@@ -60,6 +63,7 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
         },
     ),
     "eks-on-demand": ("gpu-l40s", {"nodegroup-gpu-l40s"}),
+    "gke": ("gpu-h100", {"nodepool-gpu-h100"}),
 }
 
 

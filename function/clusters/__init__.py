@@ -6,7 +6,7 @@ need to know (is the cluster reachable, through which ProviderConfig, with which
 
 from collections.abc import Callable
 
-from function.clusters import eks, existing
+from function.clusters import eks, existing, gke
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs
 from function.output import Result
@@ -16,6 +16,7 @@ Renderer = Callable[[Inputs], ClusterFacts]
 RENDERERS: dict[str, Renderer] = {
     "Existing": existing.render,
     "EKS": eks.render,
+    "GKE": gke.render,
 }
 
 

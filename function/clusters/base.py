@@ -41,6 +41,25 @@ class Fetched:
 
 
 @dataclass(frozen=True)
+class CloudConfig:
+    """The cloud ProviderConfig the credentials name: its spec once found (None: not yet, or not
+    there), and how to name it to a human."""
+
+    answered: bool
+    spec: dict | None
+    describe: str
+
+    def secret_identity(self, type_: str) -> Identity | None:
+        """Its credentials Secret, as the identity of the cluster's ProviderConfigs, if any."""
+        credentials = (self.spec or {}).get("credentials") or {}
+        ref = credentials.get("secretRef") if credentials.get("source") == "Secret" else None
+        if not isinstance(ref, dict) or not ref.get("name") or not ref.get("key"):
+            return None
+        namespace = ref.get("namespace") or names.SYSTEM_NAMESPACE
+        return Identity(type_, SecretKey(ref["name"], ref["key"], namespace))
+
+
+@dataclass(frozen=True)
 class Pool:
     """A node pool whose class resolved and carries this cloud's provisioning block."""
 
@@ -86,12 +105,35 @@ class Cloud:
         items = self.inputs.required[key]
         return Fetched(answered=True, body=items[0] if items else None)
 
-    def cloud_provider_config(self, api_group: str) -> Fetched:
+    def cloud_provider_config(self, api_group: str) -> CloudConfig:
         """The cloud's own ProviderConfig or ClusterProviderConfig that the credentials name."""
         creds = self.credentials
         namespace = names.SYSTEM_NAMESPACE if creds.type == "ProviderConfig" else None
-        return self.require(
+        fetched = self.require(
             "cloud-provider-config", f"{api_group}/v1beta1", creds.type, creds.name, namespace
+        )
+        where = f"{creds.type} {creds.name!r} ({api_group})"
+        body = fetched.body
+        if body is None:
+            return CloudConfig(fetched.answered, None, where)
+        group = str(body.get("apiVersion", "")).split("/")[0]
+        if body.get("kind") != creds.type or group != api_group:
+            kind = f"{body.get('kind')} of {group}"
+            return CloudConfig(True, None, f"{where}, but Crossplane returned a {kind}")
+        spec = body.get("spec")
+        return CloudConfig(True, spec if isinstance(spec, dict) else {}, where)
+
+    def remembered_identity(self) -> Identity | None:
+        """The identity the observed helm ProviderConfig carries (helm takes every type), kept
+        while the cloud ProviderConfig it came from cannot be read."""
+        seen = self.observed("provider-config-helm")
+        identity = seen.get("spec", "identity") if seen else None
+        if not isinstance(identity, dict) or not isinstance(identity.get("secretRef"), dict):
+            return None
+        ref = identity["secretRef"]
+        return Identity(
+            identity.get("type", ""),
+            SecretKey(ref.get("name", ""), ref.get("key", ""), ref.get("namespace", "")),
         )
 
     def is_ready(self, key: str) -> bool:

@@ -17,5 +17,7 @@ class ClusterFacts:
     storage_class: str | None = None
     # False when an input was missing: resources already observed must be kept as they are.
     complete: bool = True
+    # Where the NVIDIA driver lives on the nodes (the DRA driver's nvidiaDriverRoot).
+    nvidia_driver_root: str = "/"
     # Resources the renderer asks Crossplane for (a cloud ProviderConfig, say).
     requirements: dict[str, Requirement] = field(default_factory=dict)

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 ACCOUNT = "123456789012"
+GCP_PROJECT = "modelplane-demo"
+AZURE_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,54 @@ def _capacity_reservation(body: dict, world: World) -> dict | None:
     return {"id": reservation, **known}
 
 
+def _gcp(collection: str, regional: bool = False) -> Callable[[dict, World], dict]:
+    """GCP names resources by their own name; the id is the resource's path in its project."""
+
+    def report(body: dict, world: World) -> dict:
+        del world
+        name = _name(body)
+        where = f"regions/{_for_provider(body).get('region')}" if regional else "global"
+        return {"id": f"projects/{GCP_PROJECT}/{where}/{collection}/{name}", "name": name}
+
+    return report
+
+
+def _gke_cluster(body: dict, world: World) -> dict:
+    del world
+    name, location = _name(body), _for_provider(body).get("location")
+    return {
+        "id": f"projects/{GCP_PROJECT}/locations/{location}/clusters/{name}",
+        "endpoint": f"34.{int(digest(name, length=2), 16)}.10.1",
+        "masterVersion": f"{_for_provider(body).get('minMasterVersion')}.4-gke.1",
+        "selfLink": f"https://container.googleapis.com/v1/projects/{GCP_PROJECT}/locations/"
+        f"{location}/clusters/{name}",
+    }
+
+
+def _azure(provider: str, collection: str) -> Callable[[dict, World], dict]:
+    def report(body: dict, world: World) -> dict:
+        del world
+        group = _for_provider(body).get("resourceGroupNameRef", {}).get("name", "rg")
+        return {
+            "id": f"/subscriptions/{AZURE_SUBSCRIPTION}/resourceGroups/{group}/providers/"
+            f"{provider}/{collection}/{_name(body)}"
+        }
+
+    return report
+
+
+def _aks_cluster(body: dict, world: World) -> dict:
+    report = _azure("Microsoft.ContainerService", "managedClusters")(body, world)
+    name = _name(body)
+    return {
+        **report,
+        "fqdn": f"{name}-{digest(name, length=8)}.hcp.{_for_provider(body).get('location')}"
+        ".azmk8s.io",
+        "oidcIssuerUrl": f"https://oidc.example/{digest(name)}/",
+        "nodeResourceGroup": _for_provider(body).get("nodeResourceGroup"),
+    }
+
+
 # (apiVersion group, kind) -> what the provider reports in atProvider.
 AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("ec2.aws.m.upbound.io", "VPC"): _aws_id("vpc"),
@@ -138,6 +188,23 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("eks.aws.m.upbound.io", "ClusterAuth"): lambda body, world: {},
     ("efs.aws.m.upbound.io", "FileSystem"): _aws_id("fs"),
     ("efs.aws.m.upbound.io", "MountTarget"): _aws_id("fsmt"),
+    ("compute.gcp.m.upbound.io", "Network"): _gcp("networks"),
+    ("compute.gcp.m.upbound.io", "Subnetwork"): _gcp("subnetworks", regional=True),
+    ("compute.gcp.m.upbound.io", "Router"): _gcp("routers", regional=True),
+    ("compute.gcp.m.upbound.io", "RouterNAT"): _gcp("routerNats", regional=True),
+    ("container.gcp.m.upbound.io", "Cluster"): _gke_cluster,
+    ("container.gcp.m.upbound.io", "NodePool"): _gcp("nodePools"),
+    ("azure.m.upbound.io", "ResourceGroup"): lambda body, world: {
+        "id": f"/subscriptions/{AZURE_SUBSCRIPTION}/resourceGroups/{_name(body)}"
+    },
+    ("network.azure.m.upbound.io", "VirtualNetwork"): _azure(
+        "Microsoft.Network", "virtualNetworks"
+    ),
+    ("network.azure.m.upbound.io", "Subnet"): _azure("Microsoft.Network", "subnets"),
+    ("containerservice.azure.m.upbound.io", "KubernetesCluster"): _aks_cluster,
+    ("containerservice.azure.m.upbound.io", "KubernetesClusterNodePool"): _azure(
+        "Microsoft.ContainerService", "agentPools"
+    ),
 }
 
 
@@ -153,7 +220,11 @@ def kubeconfig(name: str) -> str:
 
 
 # Kinds whose connection secret carries a kubeconfig.
-KUBECONFIG_WRITERS = {("eks.aws.m.upbound.io", "ClusterAuth")}
+KUBECONFIG_WRITERS = {
+    ("eks.aws.m.upbound.io", "ClusterAuth"),
+    ("container.gcp.m.upbound.io", "Cluster"),
+    ("containerservice.azure.m.upbound.io", "KubernetesCluster"),
+}
 
 
 def observe(body: dict, world: World | None = None) -> Observation:
@@ -186,6 +257,14 @@ def observe(body: dict, world: World | None = None) -> Observation:
         connection = {"kubeconfig": kubeconfig(name)}
     return Observation(
         status={"conditions": conditions(), "atProvider": at_provider},
-        external_name=at_provider.get("id", external) if report else external,
+        external_name=external_name(group, external, at_provider),
         connection=connection,
     )
+
+
+def external_name(group: str, given: str, at_provider: dict) -> str:
+    """AWS names most resources by the id it assigns; GCP and Azure by the name they were given
+    (or the external name the resource asked for)."""
+    if group.endswith(".aws.m.upbound.io"):
+        return at_provider.get("id", given)
+    return given
