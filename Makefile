@@ -52,11 +52,21 @@ lint: $(VENV)/.stamp
 
 ## Build both packages into _output/ with the real crossplane CLI (no Docker needed):
 ##   _output/configuration/modelplane-inference-cluster.xpkg  XRDs + Compositions (+ examples/)
-##   _output/function/function-inference-cluster.xpkg         Function meta only, NO runtime image
+##   _output/function/function-inference-cluster.xpkg         Function meta, and the runtime image
+##                                                            when _output/image/runtime-amd64.tar exists
 ## The Configuration's root is staged (metadata + copies of apis/ and compositions/) because xpkg build
-## takes one root directory. Release CI adds the function image, built from the Dockerfile with
-## buildx, via --embed-runtime-image-tarball; this machine has no Docker engine to build it.
+## takes one root directory. Run `make image` first for a runnable function package (without the
+## tarball the package is valid but has no runtime image).
 PKG_OUT := $(CURDIR)/_output
+IMAGE_TAR = $(PKG_OUT)/image/runtime-amd64.tar
+IMAGE_SRC ?= $(CURDIR)
+
+## The function's runtime image, reproducibly and without Docker (root and mmdebstrap needed):
+## hack/image/build-image.sh builds $(IMAGE_TAR) from IMAGE_SRC with SOURCE_DATE_EPOCH = last commit.
+.PHONY: image
+image:
+	SOURCE_DATE_EPOCH="$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct)}" \
+		hack/image/build-image.sh $(IMAGE_SRC) $(IMAGE_TAR)
 
 package: $(CROSSPLANE)
 	rm -rf $(PKG_OUT)/configuration $(PKG_OUT)/function
@@ -67,6 +77,7 @@ package: $(CROSSPLANE)
 		--package-file=$(PKG_OUT)/configuration/modelplane-inference-cluster.xpkg
 	$(CROSSPLANE) xpkg build --package-root=package --ignore='configuration/*' \
 		--examples-root=$(PKG_OUT)/function/no-examples \
+		$(if $(wildcard $(IMAGE_TAR)),--embed-runtime-image-tarball=$(IMAGE_TAR)) \
 		--package-file=$(PKG_OUT)/function/function-inference-cluster.xpkg
 
 clean:
