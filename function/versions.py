@@ -32,6 +32,13 @@ CLOUD_CHARTS: dict[str, Chart] = {
         version="9.57.0",
         namespace="kube-system",
     ),
+    # InfiniBand on AKS: DOCA-OFED and the RDMA shared device plugin.
+    "network-operator": Chart(
+        name="network-operator",
+        repository="https://helm.ngc.nvidia.com/nvidia",
+        version="26.4.0",
+        namespace="nvidia-network-operator",
+    ),
     # The EFA DRA driver (DRANET): DeviceClass efa.networking.k8s.aws.
     "efa-dra-driver": Chart(
         name="aws-dranet",
@@ -46,6 +53,7 @@ CLOUD_CHARTS: dict[str, Chart] = {
 EKS_GPU_AMI = {"x86_64": "AL2023_x86_64_NVIDIA", "arm64": "AL2023_ARM_64_NVIDIA"}
 EKS_SYSTEM_AMI = "AL2023_x86_64_STANDARD"
 EKS_SYSTEM_INSTANCE_TYPE = "m6i.xlarge"
+AKS_SYSTEM_VM_SIZE = "Standard_D4s_v5"
 EKS_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-efs-csi-driver")
 
 # Identity types each provider's ClusterProviderConfig accepts, at the versions the Configuration

@@ -35,6 +35,8 @@ EXAMPLES: dict[str, World] = {
     "gke": World(),
     "gke-team": World(),
     "gke/H100_Pool": World(),
+    "aks": World(),
+    "aks-a10": World(),
 }
 RENAMED_POOL = "H100_Pool"
 
@@ -64,6 +66,7 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
     ),
     "eks-on-demand": ("gpu-l40s", {"nodegroup-gpu-l40s"}),
     "gke": ("gpu-h100", {"nodepool-gpu-h100"}),
+    "aks": ("gpuh100", {"nodepool-gpuh100", "release-network-operator"}),
 }
 
 

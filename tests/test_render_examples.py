@@ -126,7 +126,7 @@ def test_classes_fetched_by_name_without_bootstrap_requirements(
     assert docs == rendered["existing"]
 
 
-@pytest.mark.parametrize("source", [s for s in SOURCES if s not in ("existing", "eks", "gke")])
+@pytest.mark.parametrize("source", [s for s in SOURCES if s not in ("existing", "eks", "gke", "aks")])
 def test_clouds_not_built_yet_say_so(rendered, source):
     xr, composed, results = split(rendered[source])
     assert composed == {}

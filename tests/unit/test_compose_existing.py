@@ -245,7 +245,7 @@ def test_bootstrap_requirement_means_no_dynamic_requirements():
     assert out.requirements == {}
 
 
-@pytest.mark.parametrize("source", ["aks", "nebius", "vultr"])
+@pytest.mark.parametrize("source", ["nebius", "vultr"])
 def test_unbuilt_sources_warn_and_keep_what_exists(source):
     xr, classes = example(source)
     keep = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kept"}}
