@@ -98,7 +98,9 @@ def image_builds(tmp_path_factory) -> tuple[Image, Image]:
             shutil.copytree(path, snapshot / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(path, snapshot / name)
-    epoch = _run(["git", "-C", str(ROOT), "log", "-1", "--format=%ct"]).stdout.strip()
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or (
+        _run(["git", "-C", str(ROOT), "log", "-1", "--format=%ct"]).stdout.strip()
+    )
     outs = [tmp_path_factory.mktemp(f"image-{n}") for n in ("a", "b")]
 
     def build(out: Path) -> Path:
