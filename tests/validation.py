@@ -6,7 +6,8 @@
 - Manifests inside provider-kubernetes Objects go to the workload cluster: those of CRD kinds
   (cert-manager, Gateway API, ...) through the same validate call against ../shared/crds/workload,
   core kinds (StorageClass, Namespace, Deployment, ...) against the Kubernetes OpenAPI schema of
-  the `kubernetes-validate` package, strictly (unknown fields are errors).
+  the `kubernetes-validate` package, strictly (unknown fields are errors). Core kinds composed
+  directly (Nebius's cloud-init Secret) are checked that way too.
 """
 
 import subprocess
@@ -56,11 +57,12 @@ def validate_everything(
     """
     composed = [d for d in docs if d.get("kind") != "Result"]
     manifests = embedded(composed)
-    core = [m for m in manifests if is_core(m)]
+    # Core kinds composed on the control plane (a Secret) go the same way as embedded ones.
+    core = [m for m in manifests + composed if is_core(m)]
     for manifest in unique(core):
         # Raises kubernetes_validate.ValidationError naming the field.
         kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
-    checked = unique(composed + [m for m in manifests if not is_core(m)])
+    checked = unique([d for d in composed + manifests if not is_core(d)])
     path = workdir / "rendered.yaml"
     path.write_text(yaml.safe_dump_all(checked))
     extensions = ",".join([str(APIS), *(str(p) for p in crd_files())])
