@@ -46,6 +46,13 @@ CLOUD_CHARTS: dict[str, Chart] = {
         version="1.0.0",
         namespace="kube-system",
     ),
+    # Nebius: RWX volumes served from directories on the shared file system every node mounts.
+    "csi-mounted-fs-path": Chart(
+        name="csi-mounted-fs-path",
+        repository="oci://cr.eu-north1.nebius.cloud/mk8s/helm",
+        version="0.1.6",
+        namespace="kube-system",
+    ),
 }
 
 # EKS node images and the managed add-ons every EKS cluster gets (versions: EKS's default for the
@@ -54,6 +61,8 @@ EKS_GPU_AMI = {"x86_64": "AL2023_x86_64_NVIDIA", "arm64": "AL2023_ARM_64_NVIDIA"
 EKS_SYSTEM_AMI = "AL2023_x86_64_STANDARD"
 EKS_SYSTEM_INSTANCE_TYPE = "m6i.xlarge"
 AKS_SYSTEM_VM_SIZE = "Standard_D4s_v5"
+NEBIUS_SYSTEM_PLATFORM, NEBIUS_SYSTEM_PRESET = "cpu-d3", "4vcpu-16gb"
+VULTR_SYSTEM_PLAN = "vc2-6c-16gb"
 EKS_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-efs-csi-driver")
 
 # Identity types each provider's ClusterProviderConfig accepts, at the versions the Configuration

@@ -37,6 +37,10 @@ EXAMPLES: dict[str, World] = {
     "gke/H100_Pool": World(),
     "aks": World(),
     "aks-a10": World(),
+    "nebius": World(),
+    "nebius/H100_Pool": World(),
+    "vultr": World(),
+    "vultr/H100_Pool": World(),
 }
 RENAMED_POOL = "H100_Pool"
 
@@ -67,6 +71,9 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
     "eks-on-demand": ("gpu-l40s", {"nodegroup-gpu-l40s"}),
     "gke": ("gpu-h100", {"nodepool-gpu-h100"}),
     "aks": ("gpuh100", {"nodepool-gpuh100", "release-network-operator"}),
+    # The fabric's GPU cluster goes with the last pool on the fabric.
+    "nebius": ("gpu-h100", {"nodegroup-gpu-h100", "gpu-cluster-fabric-2"}),
+    "vultr": ("gpu-l40s", {"nodepool-gpu-l40s"}),
 }
 
 

@@ -6,7 +6,7 @@ need to know (is the cluster reachable, through which ProviderConfig, with which
 
 from collections.abc import Callable
 
-from function.clusters import aks, eks, existing, gke
+from function.clusters import aks, eks, existing, gke, nebius, vultr
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs
 from function.output import Result
@@ -18,6 +18,8 @@ RENDERERS: dict[str, Renderer] = {
     "EKS": eks.render,
     "GKE": gke.render,
     "AKS": aks.render,
+    "Nebius": nebius.render,
+    "Vultr": vultr.render,
 }
 
 

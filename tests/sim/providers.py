@@ -162,6 +162,47 @@ def _aks_cluster(body: dict, world: World) -> dict:
     }
 
 
+def _nebius(prefix: str) -> Callable[[dict, World], dict]:
+    """Nebius ids are <type>-<routing code><weak id>; the resource keeps the name it was given."""
+
+    def report(body: dict, world: World) -> dict:
+        del world
+        return {
+            "id": f"{prefix}-e00{digest(_name(body), length=15)}",
+            "name": _for_provider(body).get("name"),
+        }
+
+    return report
+
+
+def _vultr_id(name: str) -> str:
+    raw = digest(name, length=32)
+    return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+
+
+def _vke_cluster(body: dict, world: World) -> dict:
+    del world
+    cluster_id, spec = _vultr_id(_name(body)), _for_provider(body)
+    return {
+        "id": cluster_id,
+        "label": spec.get("label"),
+        "region": spec.get("region"),
+        "version": spec.get("version"),
+        "haControlplanes": spec.get("haControlplanes"),
+        "endpoint": f"{cluster_id}.vultr-k8s.com",
+        "status": "active",
+    }
+
+
+def _vke_node_pool(body: dict, world: World) -> dict:
+    del world
+    return {
+        "id": _vultr_id(_name(body)),
+        "label": _for_provider(body).get("label"),
+        "status": "active",
+    }
+
+
 # (apiVersion group, kind) -> what the provider reports in atProvider.
 AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("ec2.aws.m.upbound.io", "VPC"): _aws_id("vpc"),
@@ -205,6 +246,14 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("containerservice.azure.m.upbound.io", "KubernetesClusterNodePool"): _azure(
         "Microsoft.ContainerService", "agentPools"
     ),
+    ("vpc.nebius.m.upbound.io", "Network"): _nebius("vpcnetwork"),
+    ("vpc.nebius.m.upbound.io", "Subnet"): _nebius("vpcsubnet"),
+    ("mk8s.nebius.m.upbound.io", "Cluster"): _nebius("mk8scluster"),
+    ("mk8s.nebius.m.upbound.io", "NodeGroup"): _nebius("mk8snodegroup"),
+    ("compute.nebius.m.upbound.io", "Filesystem"): _nebius("computefilesystem"),
+    ("compute.nebius.m.upbound.io", "GpuCluster"): _nebius("computegpucluster"),
+    ("vke.vultr.m.upbound.io", "Kubernetes"): _vke_cluster,
+    ("vke.vultr.m.upbound.io", "KubernetesNodePool"): _vke_node_pool,
 }
 
 
@@ -224,6 +273,8 @@ KUBECONFIG_WRITERS = {
     ("eks.aws.m.upbound.io", "ClusterAuth"),
     ("container.gcp.m.upbound.io", "Cluster"),
     ("containerservice.azure.m.upbound.io", "KubernetesCluster"),
+    ("mk8s.nebius.m.upbound.io", "Cluster"),
+    ("vke.vultr.m.upbound.io", "Kubernetes"),
 }
 
 
@@ -263,8 +314,8 @@ def observe(body: dict, world: World | None = None) -> Observation:
 
 
 def external_name(group: str, given: str, at_provider: dict) -> str:
-    """AWS names most resources by the id it assigns; GCP and Azure by the name they were given
-    (or the external name the resource asked for)."""
-    if group.endswith(".aws.m.upbound.io"):
+    """AWS, Nebius and Vultr name most resources by the id they assign; GCP and Azure by the name
+    they were given (or the external name the resource asked for)."""
+    if group.endswith((".aws.m.upbound.io", ".nebius.m.upbound.io", ".vultr.m.upbound.io")):
         return at_provider.get("id", given)
     return given

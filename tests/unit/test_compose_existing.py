@@ -4,6 +4,7 @@ import copy
 
 import pytest
 
+from function import clusters
 from function.compose import compose_class, compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.names import provider_config_name
@@ -245,9 +246,11 @@ def test_bootstrap_requirement_means_no_dynamic_requirements():
     assert out.requirements == {}
 
 
-@pytest.mark.parametrize("source", ["nebius", "vultr"])
-def test_unbuilt_sources_warn_and_keep_what_exists(source):
+@pytest.mark.parametrize("source", ["vultr"])
+def test_unbuilt_sources_warn_and_keep_what_exists(source, monkeypatch):
     xr, classes = example(source)
+    # Every source is built now: take one renderer away to see the rule still holds.
+    monkeypatch.delitem(clusters.RENDERERS, xr["spec"]["cluster"]["source"])
     keep = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kept"}}
     out = compose_cluster(xr, all_classes(classes), observe({"something": keep}))
     assert [r.reason for r in out.results] == ["SourceNotBuilt"]

@@ -1,0 +1,174 @@
+"""Source Vultr: a VKE cluster (HA control plane, an inline system pool) and one node pool per
+pool, as namespaced provider-vultr resources.
+
+VKE installs the NVIDIA GPU Operator itself; the cluster is reported ready only once its validator
+DaemonSet is (an Observe-only Object on it), so nothing is scheduled before GPUs can be allocated.
+The operator's device plugin is switched off on Modelplane's GPU pools by a node label: DRA is the
+only allocator. Node counts of autoscaling pools belong to VKE's autoscaler: they are seeded once
+through initProvider, like the inline system pool, which VKE only reads at creation anyway.
+
+No RWX storage: Vultr File System cannot attach to GPU nodes, so status.cache stays unset.
+"""
+
+from function import kube, names, shapes
+from function.clusters.base import (
+    GPU_TAINT,
+    NO_LATE_INIT,
+    OBSERVE_ONLY,
+    SYSTEM_LABELS,
+    Cloud,
+    Pool,
+    pool_labels,
+    scaling,
+)
+from function.clusters.eks import gpu_devices
+from function.clusters.facts import ClusterFacts
+from function.inputs import Inputs
+from function.models import Vultr
+from function.versions import VULTR_SYSTEM_PLAN
+
+VKE = "vke.vultr.m.upbound.io/v1beta1"
+# Lets the GPU Operator VKE installs leave the device plugin off these nodes, so its nvidia.com/gpu
+# ledger never books the devices DRA allocates.
+DEVICE_PLUGIN_OFF = {"nvidia.com/gpu.deploy.device-plugin": "false"}
+VALIDATOR = {"namespace": "gpu-operator", "name": "nvidia-operator-validator"}
+# Every validator pod scheduled is ready, and there is at least one: the GPUs can be allocated.
+VALIDATED = (
+    "has(object.status) && has(object.status.desiredNumberScheduled)"
+    " && has(object.status.numberReady)"
+    " && object.status.desiredNumberScheduled >= 1"
+    " && object.status.numberReady == object.status.desiredNumberScheduled"
+)
+
+
+def render(inputs: Inputs) -> ClusterFacts:
+    settings = inputs.xr.spec.cluster.settings
+    assert isinstance(settings, Vultr)
+    return VultrCluster(Cloud(inputs, settings.credentials), settings).render()
+
+
+def key_values(labels: dict[str, str]) -> list[dict]:
+    """Kubernetes node labels as VKE takes them."""
+    return [{"key": k, "value": v} for k, v in labels.items()]
+
+
+class VultrCluster:
+    def __init__(self, cloud: Cloud, settings: Vultr) -> None:
+        self.cloud = cloud
+        self.region = settings.region
+        self.version = settings.kubernetes_version
+        self.cluster_name = cloud.name("vke")
+
+    def render(self) -> ClusterFacts:
+        c = self.cloud
+        pools = c.pools("Vultr", "vultr")
+        self.control_plane()
+        for pool in pools:
+            self.node_pool(pool)
+        provider_config = c.provider_configs(self.kubeconfig_ready())
+        self.gpu_operator(provider_config)
+        return c.facts(provider_config, None)
+
+    def control_plane(self) -> None:
+        c = self.cloud
+        c.managed(
+            "cluster",
+            VKE,
+            "Kubernetes",
+            self.cluster_name,
+            {
+                "label": self.cluster_name,
+                "region": self.region,
+                "version": self.version,
+                "haControlplanes": True,
+            },
+            # VKE reads the inline pool at creation only, and its autoscaler owns the count after.
+            init_provider={
+                "nodePools": {
+                    "label": c.name("system", limit=40),
+                    "plan": VULTR_SYSTEM_PLAN,
+                    "nodeQuantity": 1,
+                    "autoScaler": True,
+                    "minNodes": 1,
+                    "maxNodes": 2,
+                    "labels": key_values(SYSTEM_LABELS),
+                }
+            },
+            policies=NO_LATE_INIT,
+            connection_secret=names.kubeconfig_secret(c.xr),
+        )
+
+    def kubeconfig_ready(self) -> bool:
+        cluster = self.cloud.observed("cluster")
+        return cluster is not None and (cluster.ready or "kubeconfig" in cluster.connection_keys)
+
+    def node_pool(self, pool: Pool) -> None:
+        c, shape = self.cloud, pool.shape
+        self.check_shape(pool)
+        size = scaling(pool.spec, floor=1)
+        accelerator = shape.accelerator.type if shape.accelerator else None
+        for_provider: dict = {
+            "clusterIdRef": {"name": self.cluster_name},
+            # The prefix of its nodes' names.
+            "label": c.name("np", pool.name, limit=40),
+            "plan": shape.plan,
+            "labels": key_values(pool_labels(pool, accelerator) | DEVICE_PLUGIN_OFF),
+            "taints": [GPU_TAINT],
+            "autoScaler": size.autoscaling,
+        }
+        init_provider = None
+        if size.autoscaling:
+            for_provider |= {"minNodes": size.minimum, "maxNodes": size.maximum}
+            init_provider = {"nodeQuantity": size.initial}
+        else:
+            for_provider["nodeQuantity"] = size.initial
+        c.managed(
+            f"nodepool-{pool.name}",
+            VKE,
+            "KubernetesNodePool",
+            c.name("np", pool.name),
+            for_provider,
+            init_provider=init_provider,
+            policies=NO_LATE_INIT,
+            labels={names.POOL_LABEL: pool.name},
+        )
+
+    def check_shape(self, pool: Pool) -> None:
+        c, shape = self.cloud, pool.shape
+        where = f"pool {pool.name!r} (class {pool.cls.name!r}, {shape.plan})"
+        gpus = shapes.vultr_gpus(shape.plan)
+        if gpus is None:
+            c.warn(f"{where}: not a GPU plan in the shape table; composed as asked")
+            return
+        if gpus < 1:
+            c.warn(
+                f"{where}: a fractional vGPU ({gpus:g} of a GPU); the class's devices describe "
+                "whole GPUs"
+            )
+            return
+        whole = int(gpus) if float(gpus).is_integer() else gpus
+        if shape.accelerator and shape.accelerator.count != whole:
+            c.warn(
+                f"{where}: the class's accelerator count {shape.accelerator.count} disagrees "
+                f"with the {whole:g} GPUs of the plan"
+            )
+        declared = gpu_devices(pool)
+        if declared is not None and declared != whole:
+            c.warn(
+                f"{where}: the class declares {declared} GPU devices, but the plan has {whole:g}"
+            )
+
+    def gpu_operator(self, provider_config: str | None) -> None:
+        """Observe the validator of the GPU Operator VKE installs: ready once it validated every
+        GPU node."""
+        c = self.cloud
+        key = "gpu-operator-validator"
+        if provider_config is None or not c.on_cluster(key):
+            return
+        manifest = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": dict(VALIDATOR)}
+        c.add(
+            key,
+            kube.manifest_object(
+                c.xr, key, manifest, provider_config, policies=OBSERVE_ONLY, ready_when=VALIDATED
+            ),
+        )

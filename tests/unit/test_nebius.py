@@ -1,0 +1,456 @@
+"""The Nebius renderer: the ProviderConfig and its project, GPU clusters per fabric, node group
+sizing, the shared cache, shapes."""
+
+import copy
+
+import pytest
+
+from function.compose import compose_cluster
+from function.inputs import Observed, ObservedResource
+from function.names import kubeconfig_secret
+from function.output import Output
+from tests.builders import all_classes, example, provider_configs
+from tests.sim.providers import observe
+
+IDENTITY = {
+    "type": "NebiusServiceAccountCredentials",
+    "source": "Secret",
+    "secretRef": {
+        "namespace": "crossplane-system",
+        "name": "nebius-credentials",
+        "key": "credentials.json",
+    },
+}
+PROJECT = "project-e00a0b1c2d3e4f5g6h"
+
+
+def required(classes: list[dict], configs: list[dict] | None = None) -> dict[str, list[dict]]:
+    """The classes, and the answer to the cloud-provider-config requirement (None: not yet)."""
+    out = all_classes(classes)
+    if configs is not None:
+        out["cloud-provider-config"] = copy.deepcopy(configs)
+    return out
+
+
+def reported(out: Output, drop_status: tuple[str, ...] = ()) -> Observed:
+    resources = {}
+    for key, desired in out.resources.items():
+        body = copy.deepcopy(desired.body)
+        if key not in drop_status:
+            body["status"] = observe(body).status
+        resources[key] = ObservedResource(body)
+    return Observed(resources=resources)
+
+
+def converge(xr: dict, req: dict, passes: int = 5) -> Output:
+    out = compose_cluster(xr, req, Observed())
+    for _ in range(passes):
+        out = compose_cluster(xr, req, reported(out))
+    return out
+
+
+def nebius(configs: list[dict] | None = None):
+    """The example, with its ProviderConfig handed over unless configs says otherwise."""
+    xr, classes = example("nebius")
+    return (
+        xr,
+        classes,
+        required(classes, provider_configs("nebius") if configs is None else configs),
+    )
+
+
+def cluster_ready(out: Output):
+    return next(c for c in out.conditions if c.type == "ClusterReady")
+
+
+def warnings(out: Output, reason: str | None = None) -> list[str]:
+    return [
+        r.message
+        for r in out.results
+        if r.severity == "Warning" and (reason is None or r.reason == reason)
+    ]
+
+
+# --- the ProviderConfig the credentials name ----------------------------------------------------
+
+
+def test_the_provider_config_is_required_by_the_name_and_kind_the_credentials_give():
+    xr, classes = example("nebius")
+    out = compose_cluster(xr, required(classes), Observed())
+    want = out.requirements["cloud-provider-config"]
+    assert (want.api_version, want.kind, want.name, want.namespace) == (
+        "nebius.m.upbound.io/v1beta1",
+        "ClusterProviderConfig",
+        "default",
+        None,
+    )
+    xr["spec"]["cluster"]["nebius"]["credentials"] = {"type": "ProviderConfig", "name": "team"}
+    want = compose_cluster(xr, required(classes), Observed()).requirements["cloud-provider-config"]
+    assert (want.kind, want.name, want.namespace) == ("ProviderConfig", "team", "modelplane-system")
+
+
+def test_converged_cluster_names_its_project_and_authenticates_with_the_service_account():
+    xr, _, req = nebius()
+    out = converge(xr, req)
+    ready = cluster_ready(out)
+    assert (ready.status, ready.reason) == (True, "Available")
+    assert ready.message.startswith(f"Nebius project {PROJECT}: ")
+    assert out.resources["provider-config-helm"].body["spec"]["identity"] == IDENTITY
+    # provider-kubernetes v1.2.1 takes no Nebius identity: said when composed, not every time.
+    assert "identity" not in out.resources["provider-config-kubernetes"].body["spec"]
+    assert warnings(out) == []
+    assert out.status["cache"] == {"storageClassName": "modelplane-rwx-fs"}
+
+
+def test_provider_kubernetes_without_the_nebius_identity_is_said_once():
+    xr, _, req = nebius()
+    out = compose_cluster(xr, req, Observed())
+    said = []
+    for _ in range(5):
+        out = compose_cluster(xr, req, reported(out))
+        said += warnings(out, "UnsupportedIdentity")
+    assert len(said) == 1
+    assert "provider-kubernetes does not support identity type NebiusServiceAccount" in said[0]
+
+
+def test_until_the_provider_config_answers_everything_is_composed_and_nothing_warned():
+    xr, _, req = nebius()
+    del req["cloud-provider-config"]
+    out = compose_cluster(xr, req, Observed())
+    assert {"network", "subnet", "cluster", "filesystem", "system-nodegroup"} <= set(out.resources)
+    assert {"nodegroup-gpu-h100", "nodegroup-gpu-l40s", "gpu-cluster-fabric-2"} <= set(
+        out.resources
+    )
+    assert warnings(out) == []
+    assert "ClusterProviderConfig 'default' (nebius.m.upbound.io)" in cluster_ready(out).message
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason", "said"),
+    [
+        ([], "ProviderConfigNotFound", "'default' (nebius.m.upbound.io) not found"),
+        (
+            [
+                {
+                    "apiVersion": "gcp.m.upbound.io/v1beta1",
+                    "kind": "ClusterProviderConfig",
+                    "metadata": {"name": "default"},
+                    "spec": {"projectID": "p"},
+                }
+            ],
+            "ProviderConfigNotFound",
+            "but Crossplane returned a ClusterProviderConfig of gcp.m.upbound.io",
+        ),
+        (
+            [
+                {
+                    "apiVersion": "nebius.m.upbound.io/v1beta1",
+                    "kind": "ClusterProviderConfig",
+                    "metadata": {"name": "default"},
+                    "spec": {
+                        "identity": {"type": "ServiceAccount"},
+                        "credentials": {"source": "Secret", "secretRef": IDENTITY["secretRef"]},
+                    },
+                }
+            ],
+            "ProviderConfigIncomplete",
+            "has no spec.projectID",
+        ),
+    ],
+    ids=["missing", "wrong-kind", "no-project"],
+)
+def test_a_missing_provider_config_is_warned_and_drops_nothing(answer, reason, said):
+    xr, _, req = nebius()
+    converged = converge(xr, req)
+    broken = {**req, "cloud-provider-config": answer}
+    first = compose_cluster(xr, broken, Observed())
+    # The infrastructure names the ProviderConfig; it is composed all the same.
+    assert {"network", "subnet", "cluster", "nodegroup-gpu-h100"} <= set(first.resources)
+    assert any(said in w for w in warnings(first, reason)), first.results
+    assert said in cluster_ready(first).message
+    # Once built, a ProviderConfig gone changes and removes nothing: the ProviderConfigs keep
+    # the identity they were composed with.
+    again = compose_cluster(xr, broken, reported(converged))
+    assert set(again.resources) == set(converged.resources)
+    for key, desired in converged.resources.items():
+        assert again.resources[key].body == desired.body, key
+    assert said in cluster_ready(again).message
+
+
+def test_provider_configs_wait_for_service_account_credentials():
+    token = {
+        "apiVersion": "nebius.m.upbound.io/v1beta1",
+        "kind": "ClusterProviderConfig",
+        "metadata": {"name": "default"},
+        "spec": {
+            "projectID": PROJECT,
+            "identity": {"type": "Token"},
+            "credentials": {"source": "Secret", "secretRef": IDENTITY["secretRef"]},
+        },
+    }
+    xr, _, req = nebius([token])
+    out = converge(xr, req)
+    assert "provider-config-helm" not in out.resources
+    message = cluster_ready(out).message
+    assert "provider-config-helm (service-account credentials)" in message
+    assert any("identity.type ServiceAccount" in w for w in warnings(out, "UnsupportedIdentity"))
+
+
+def test_provider_configs_wait_for_the_kubeconfig():
+    xr, _, req = nebius()
+    out = compose_cluster(xr, req, Observed())
+    assert "provider-config-helm" not in out.resources
+    assert "provider-config-helm (kubeconfig)" in cluster_ready(out).message
+    spec = out.resources["cluster"].body["spec"]
+    assert spec["writeConnectionSecretToRef"] == {"name": kubeconfig_secret("nebius-eu-north")}
+    assert spec["forProvider"]["controlPlane"]["endpoints"] == {"publicEndpoint": {}}
+    assert spec["forProvider"]["controlPlane"]["version"] == "1.34"
+    assert spec["providerConfigRef"] == {"kind": "ClusterProviderConfig", "name": "default"}
+
+
+# --- GPU clusters ---------------------------------------------------------------------------------
+
+
+def fabric_pools(xr: dict, fabrics: dict[str, str]) -> dict:
+    """The example with one InfiniBand H100 pool per name, on the fabric given."""
+    xr = copy.deepcopy(xr)
+    template = xr["spec"]["nodePools"][0]
+    xr["spec"]["nodePools"] = [
+        {**template, "name": name, "fabric": {"type": "InfiniBand", "infiniband": {"fabric": f}}}
+        for name, f in fabrics.items()
+    ]
+    return xr
+
+
+def test_pools_on_one_fabric_share_one_gpu_cluster():
+    xr, _, req = nebius()
+    xr = fabric_pools(xr, {"a": "fabric-2", "b": "fabric-2", "c": "fabric-3"})
+    out = compose_cluster(xr, req, Observed())
+    gpu_clusters = {k: v.body for k, v in out.resources.items() if k.startswith("gpu-cluster-")}
+    assert set(gpu_clusters) == {"gpu-cluster-fabric-2", "gpu-cluster-fabric-3"}
+    two = gpu_clusters["gpu-cluster-fabric-2"]
+    assert two["spec"]["forProvider"]["infinibandFabric"] == "fabric-2"
+    assert two["metadata"]["labels"] == {"modelplane.ai/fabric": "fabric-2"}
+
+    def joined(pool: str) -> str:
+        template = out.resources[f"nodegroup-{pool}"].body["spec"]["forProvider"]["template"]
+        return template["gpuCluster"]["idRef"]["name"]
+
+    assert joined("a") == joined("b") == two["metadata"]["name"]
+    assert joined("c") == gpu_clusters["gpu-cluster-fabric-3"]["metadata"]["name"]
+
+
+def test_a_gpu_cluster_goes_with_the_last_pool_on_its_fabric():
+    xr, _, req = nebius()
+    both = fabric_pools(xr, {"a": "fabric-2", "b": "fabric-2"})
+    out = compose_cluster(both, req, Observed())
+    one = fabric_pools(xr, {"a": "fabric-2"})
+    after = compose_cluster(one, req, reported(out))
+    assert "gpu-cluster-fabric-2" in after.resources
+    assert (
+        after.resources["gpu-cluster-fabric-2"].body == out.resources["gpu-cluster-fabric-2"].body
+    )
+    xr["spec"]["nodePools"] = [p for p in xr["spec"]["nodePools"] if p["name"] == "gpu-l40s"]
+    none = compose_cluster(xr, req, reported(after))
+    assert not [k for k in none.resources if k.startswith("gpu-cluster-")]
+
+
+def test_a_pool_whose_class_is_gone_keeps_its_gpu_cluster():
+    xr, classes, req = nebius()
+    out = converge(xr, req)
+    req = {
+        **req,
+        "inference-classes": [c for c in classes if c["metadata"]["name"] != "nebius-h100-8x"],
+    }
+    again = compose_cluster(xr, req, reported(out))
+    for key in ("gpu-cluster-fabric-2", "nodegroup-gpu-h100"):
+        assert again.resources[key].body == out.resources[key].body, key
+
+
+# --- node groups ----------------------------------------------------------------------------------
+
+
+def node_group(out: Output, pool: str) -> dict:
+    return out.resources[f"nodegroup-{pool}"].body["spec"]
+
+
+def test_gpu_node_group_carries_the_shape_labels_taint_and_drivers():
+    xr, _, req = nebius()
+    out = compose_cluster(xr, req, Observed())
+    spec = node_group(out, "gpu-h100")
+    template = spec["forProvider"]["template"]
+    assert template["resources"] == {"platform": "gpu-h100-sxm", "preset": "8gpu-128vcpu-1600gb"}
+    assert template["bootDisk"] == {"sizeGibibytes": 200, "type": "NETWORK_SSD"}
+    assert template["gpuSettings"] == {"driversPreset": "cuda13.0"}
+    assert template["metadata"]["labels"] == {
+        "modelplane.ai/pool": "gpu-h100",
+        "modelplane.ai/gpu": "nvidia-h100",
+    }
+    assert template["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+    ]
+    assert spec["forProvider"]["version"] == "1.34"
+    assert spec["forProvider"]["parentIdRef"] == {
+        "name": out.resources["cluster"].body["metadata"]["name"]
+    }
+    assert "LateInitialize" not in spec["managementPolicies"]
+    # The L40S pool joins no fabric.
+    assert "gpuCluster" not in node_group(out, "gpu-l40s")["forProvider"]["template"]
+
+
+def test_fixed_pool_has_a_fixed_node_count():
+    xr, _, req = nebius()
+    out = compose_cluster(xr, req, Observed())
+    spec = node_group(out, "gpu-h100")["forProvider"]
+    assert spec["fixedNodeCount"] == 2
+    assert "autoscaling" not in spec
+
+
+@pytest.mark.parametrize(
+    ("pool", "expected", "normal"),
+    [
+        ({"minNodeCount": 1, "maxNodeCount": 4}, {"minNodeCount": 1, "maxNodeCount": 4}, False),
+        ({"maxNodeCount": 4}, {"minNodeCount": 0, "maxNodeCount": 4}, True),
+        ({"nodeCount": 0, "maxNodeCount": 4}, {"minNodeCount": 0, "maxNodeCount": 4}, False),
+        (
+            {"nodeCount": 3, "minNodeCount": 1, "maxNodeCount": 4},
+            {"minNodeCount": 1, "maxNodeCount": 4},
+            True,
+        ),
+    ],
+    ids=["range", "max-only", "from-zero", "size-above-minimum"],
+)
+def test_autoscaling_pool_scales_between_its_bounds_from_its_minimum(pool, expected, normal):
+    xr, _, req = nebius()
+    l40s = xr["spec"]["nodePools"][1]
+    for k in ("nodeCount", "minNodeCount", "maxNodeCount"):
+        l40s.pop(k, None)
+    l40s.update(pool)
+    out = compose_cluster(xr, req, Observed())
+    spec = node_group(out, "gpu-l40s")["forProvider"]
+    assert spec["autoscaling"] == expected
+    assert "fixedNodeCount" not in spec
+    said = [r for r in out.results if r.reason == "AutoscalingFromMinimum"]
+    assert bool(said) == normal
+    assert all(r.severity == "Normal" for r in said)
+    assert out.status["gpuPools"][1]["nodes"] == 4
+
+
+def test_system_node_group_has_no_pool_label_and_no_taint():
+    xr, _, req = nebius()
+    out = compose_cluster(xr, req, Observed())
+    spec = out.resources["system-nodegroup"].body["spec"]["forProvider"]
+    assert spec["autoscaling"] == {"minNodeCount": 1, "maxNodeCount": 2}
+    assert spec["template"]["metadata"]["labels"] == {"modelplane.ai/role": "system"}
+    assert "taints" not in spec["template"]
+    assert "gpuSettings" not in spec["template"]
+
+
+def test_pool_names_that_are_label_values_get_valid_cloud_names():
+    xr, _, req = nebius()
+    xr["spec"]["nodePools"][0]["name"] = "H100_Pool"
+    xr["spec"]["nodePools"][1]["name"] = "h100-pool"
+    out = compose_cluster(xr, req, Observed())
+    a = out.resources["nodegroup-H100_Pool"].body
+    b = out.resources["nodegroup-h100-pool"].body
+    assert a["metadata"]["name"] != b["metadata"]["name"]
+    for body in (a, b):
+        name = body["metadata"]["name"]
+        assert name.islower() and "_" not in name
+        assert body["spec"]["forProvider"]["name"] == name
+    labels = a["spec"]["forProvider"]["template"]["metadata"]["labels"]
+    assert labels["modelplane.ai/pool"] == "H100_Pool"
+
+
+# --- shared cache ---------------------------------------------------------------------------------
+
+
+def test_every_node_group_attaches_and_mounts_the_cache_file_system():
+    xr, _, req = nebius()
+    out = compose_cluster(xr, req, Observed())
+    fs = out.resources["filesystem"].body
+    assert fs["spec"]["forProvider"]["type"] == "NETWORK_SSD"
+    assert fs["spec"]["forProvider"]["sizeGibibytes"] == 1024
+    secret = out.resources["cloud-init"]
+    assert secret.ready  # a Secret has no Ready condition
+    assert secret.body["kind"] == "Secret"
+    assert secret.body["metadata"]["namespace"] == "modelplane-system"
+    user_data = secret.body["stringData"]["userData"]
+    assert user_data.startswith("#cloud-config\n")
+    assert "mount -t virtiofs modelplane-cache /mnt/data" in user_data
+    for key in ("system-nodegroup", "nodegroup-gpu-h100", "nodegroup-gpu-l40s"):
+        template = out.resources[key].body["spec"]["forProvider"]["template"]
+        assert template["filesystems"] == [
+            {
+                "attachMode": "READ_WRITE",
+                "mountTag": "modelplane-cache",
+                "existingFilesystem": {"idRef": {"name": fs["metadata"]["name"]}},
+            }
+        ], key
+        assert template["cloudInitUserDataSecretRef"] == {
+            "name": secret.body["metadata"]["name"],
+            "key": "userData",
+        }
+
+
+def test_csi_driver_and_storage_class_once_the_cluster_is_reachable():
+    xr, _, req = nebius()
+    out = compose_cluster(xr, req, Observed())
+    assert "release-csi-mounted-fs-path" not in out.resources
+    assert "cache" not in out.status
+    out = converge(xr, req)
+    release = out.resources["release-csi-mounted-fs-path"].body["spec"]
+    assert release["forProvider"]["chart"]["name"] == "csi-mounted-fs-path"
+    assert release["forProvider"]["values"]["dataDir"] == "/mnt/data/csi-mounted-fs-path-data/"
+    assert release["managementPolicies"] == ["Observe", "Create", "Update"]
+    storage = out.resources["storage-class-rwx-fs"].body["spec"]
+    assert storage["forProvider"]["manifest"]["provisioner"] == "mounted-fs-path.csi.nebius.ai"
+    assert storage["managementPolicies"] == ["Observe", "Create", "Update"]
+
+
+# --- shapes ---------------------------------------------------------------------------------------
+
+
+def shape_warnings(change: dict) -> list[str]:
+    """Warnings about the H100 pool once its class is changed so."""
+    xr, classes = example("nebius")
+    classes = copy.deepcopy(classes)
+    classes[0]["spec"]["provisioning"]["nebius"].update(change)
+    out = compose_cluster(xr, required(classes, provider_configs("nebius")), Observed())
+    found = warnings(out, "ShapeMismatch")
+    assert all("pool 'gpu-h100'" in w for w in found)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"preset": "1gpu-16vcpu-200gb"}, "cannot join a GPU cluster (only 8gpu-128vcpu-1600gb"),
+        ({"accelerator": {"type": "nvidia-h100", "count": 4}}, "accelerator count 4 disagrees"),
+        ({"platform": "gpu-x9000"}, "platform not in the shape table"),
+        ({"preset": "3gpu-1vcpu-1gb"}, "has no preset 3gpu-1vcpu-1gb"),
+        (
+            {"platform": "gpu-l40s-a", "preset": "1gpu-8vcpu-32gb"},
+            "gpu-l40s-a 1gpu-8vcpu-32gb cannot join a GPU cluster on any preset",
+        ),
+    ],
+    ids=["small-preset", "accelerator-count", "unknown-platform", "unknown-preset", "no-ib"],
+)
+def test_shape_warnings(change, expected):
+    found = shape_warnings(change)
+    assert any(expected in w for w in found), found
+
+
+def test_declared_gpu_devices_are_checked_against_the_preset():
+    xr, classes = example("nebius")
+    classes = copy.deepcopy(classes)
+    classes[0]["spec"]["devices"][0]["count"] = 4
+    out = compose_cluster(xr, required(classes, provider_configs("nebius")), Observed())
+    assert any(
+        "declares 4 GPU devices, but preset 8gpu-128vcpu-1600gb has 8" in w for w in warnings(out)
+    )
+
+
+def test_the_example_has_no_shape_warnings():
+    xr, _, req = nebius()
+    assert warnings(compose_cluster(xr, req, Observed())) == []

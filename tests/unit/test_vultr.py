@@ -1,0 +1,240 @@
+"""The Vultr renderer: the VKE cluster, node pools with a floor of one, the GPU Operator readiness
+gate, no RWX storage, shapes."""
+
+import copy
+
+import pytest
+
+from function.compose import compose_cluster
+from function.inputs import Observed, ObservedResource
+from function.names import kubeconfig_secret
+from function.output import Output
+from tests.builders import all_classes, example
+from tests.sim.providers import conditions, observe
+
+
+def reported(out: Output, overrides: dict[str, dict] | None = None) -> Observed:
+    """Everything out composed as its provider reports it; overrides replace a status."""
+    resources = {}
+    for key, desired in out.resources.items():
+        body = copy.deepcopy(desired.body)
+        body["status"] = (overrides or {}).get(key) or observe(body).status
+        resources[key] = ObservedResource(body)
+    return Observed(resources=resources)
+
+
+def converge(xr: dict, classes: list[dict], passes: int = 5, overrides=None) -> Output:
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    for _ in range(passes):
+        out = compose_cluster(xr, all_classes(classes), reported(out, overrides))
+    return out
+
+
+def cluster_ready(out: Output):
+    return next(c for c in out.conditions if c.type == "ClusterReady")
+
+
+def pool_spec(out: Output, pool: str = "gpu-l40s") -> dict:
+    return out.resources[f"nodepool-{pool}"].body["spec"]
+
+
+def test_vke_cluster_at_the_exact_version_with_an_ha_control_plane():
+    xr, classes = example("vultr")
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    spec = out.resources["cluster"].body["spec"]
+    assert spec["forProvider"]["version"] == "v1.36.1+3"
+    assert spec["forProvider"]["region"] == "ewr"
+    assert spec["forProvider"]["haControlplanes"] is True
+    assert spec["writeConnectionSecretToRef"] == {"name": kubeconfig_secret("vultr-ewr")}
+    # VKE reads the inline system pool at creation only; its autoscaler owns the count.
+    system = spec["initProvider"]["nodePools"]
+    assert "nodePools" not in spec["forProvider"]
+    assert (system["plan"], system["minNodes"], system["maxNodes"]) == ("vc2-6c-16gb", 1, 2)
+    assert system["labels"] == [{"key": "modelplane.ai/role", "value": "system"}]
+    assert "taints" not in system
+    assert "LateInitialize" not in spec["managementPolicies"]
+    # Vultr needs nothing from its ProviderConfig: none is required.
+    assert "cloud-provider-config" not in out.requirements
+
+
+def test_gpu_pool_labels_taint_and_the_device_plugin_switched_off():
+    xr, classes = example("vultr")
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    spec = pool_spec(out)["forProvider"]
+    assert spec["clusterIdRef"] == {"name": out.resources["cluster"].body["metadata"]["name"]}
+    assert spec["plan"] == "vcg-l40s-16c-180g-48vram"
+    assert spec["labels"] == [
+        {"key": "modelplane.ai/pool", "value": "gpu-l40s"},
+        {"key": "modelplane.ai/gpu", "value": "nvidia-l40s"},
+        {"key": "nvidia.com/gpu.deploy.device-plugin", "value": "false"},
+    ]
+    assert spec["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+
+
+def test_autoscaling_pool_seeds_its_size_once():
+    xr, classes = example("vultr")
+    xr["spec"]["nodePools"][0].update(nodeCount=2, minNodeCount=1, maxNodeCount=4)
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    spec = pool_spec(out)
+    assert (spec["forProvider"]["autoScaler"], spec["forProvider"]["minNodes"]) == (True, 1)
+    assert spec["forProvider"]["maxNodes"] == 4
+    assert "nodeQuantity" not in spec["forProvider"]
+    assert spec["initProvider"] == {"nodeQuantity": 2}
+    assert "LateInitialize" not in spec["managementPolicies"]
+    assert out.status["gpuPools"][0]["nodes"] == 4
+
+
+def test_fixed_pool_holds_its_size():
+    xr, classes = example("vultr")
+    pool = xr["spec"]["nodePools"][0]
+    for k in ("minNodeCount", "maxNodeCount"):
+        pool.pop(k)
+    pool["nodeCount"] = 3
+    spec = pool_spec(compose_cluster(xr, all_classes(classes), Observed()))
+    assert spec["forProvider"]["nodeQuantity"] == 3
+    assert spec["forProvider"]["autoScaler"] is False
+    assert "minNodes" not in spec["forProvider"] and "initProvider" not in spec
+
+
+@pytest.mark.parametrize(
+    ("pool", "min_nodes", "quantity"),
+    [
+        ({"minNodeCount": 0, "maxNodeCount": 3}, 1, 1),
+        ({"nodeCount": 0, "maxNodeCount": 3}, 1, 1),
+        ({"maxNodeCount": 3}, 1, 1),
+    ],
+    ids=["min-zero", "size-zero", "max-only"],
+)
+def test_a_vultr_pool_never_goes_below_one_node(pool, min_nodes, quantity):
+    xr, classes = example("vultr")
+    spec = xr["spec"]["nodePools"][0]
+    for k in ("nodeCount", "minNodeCount", "maxNodeCount"):
+        spec.pop(k, None)
+    spec.update(pool)
+    out = pool_spec(compose_cluster(xr, all_classes(classes), Observed()))
+    assert out["forProvider"]["minNodes"] == min_nodes
+    assert out["initProvider"] == {"nodeQuantity": quantity}
+
+
+def test_a_fixed_pool_of_zero_is_one_node():
+    xr, classes = example("vultr")
+    pool = xr["spec"]["nodePools"][0]
+    for k in ("minNodeCount", "maxNodeCount"):
+        pool.pop(k)
+    pool["nodeCount"] = 0
+    spec = pool_spec(compose_cluster(xr, all_classes(classes), Observed()))
+    assert spec["forProvider"]["nodeQuantity"] == 1
+
+
+# --- the GPU Operator readiness gate ------------------------------------------------------------
+
+
+def test_gpu_operator_validator_is_observed_once_the_cluster_is_reachable():
+    xr, classes = example("vultr")
+    first = compose_cluster(xr, all_classes(classes), Observed())
+    assert "gpu-operator-validator" not in first.resources
+    # The ProviderConfigs come with the kubeconfig; the Object once they are observed.
+    second = compose_cluster(xr, all_classes(classes), reported(first))
+    assert "provider-config-kubernetes" in second.resources
+    assert "gpu-operator-validator" not in second.resources
+    assert "gpu-operator-validator (ProviderConfigs)" in cluster_ready(second).message
+    third = compose_cluster(xr, all_classes(classes), reported(second))
+    body = third.resources["gpu-operator-validator"].body
+    assert body["spec"]["managementPolicies"] == ["Observe"]
+    assert body["spec"]["forProvider"]["manifest"] == {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"namespace": "gpu-operator", "name": "nvidia-operator-validator"},
+    }
+    readiness = body["spec"]["readiness"]
+    assert readiness["policy"] == "DeriveFromCelQuery"
+    assert (
+        "object.status.numberReady == object.status.desiredNumberScheduled"
+        in (readiness["celQuery"])
+    )
+    assert "object.status.desiredNumberScheduled >= 1" in readiness["celQuery"]
+
+
+def test_the_cluster_is_not_ready_until_the_gpu_operator_validated():
+    xr, classes = example("vultr")
+    waiting = conditions(ready=False, reason="Unavailable")
+    out = converge(xr, classes, overrides={"gpu-operator-validator": {"conditions": waiting}})
+    ready = cluster_ready(out)
+    assert (ready.status, ready.reason) == (False, "Provisioning")
+    assert ready.message == "waiting for 1 of 5 resources: gpu-operator-validator (Unavailable)"
+    assert out.ready is False
+    done = converge(xr, classes)
+    assert (cluster_ready(done).status, cluster_ready(done).reason) == (True, "Available")
+
+
+def test_no_rwx_storage_and_no_cache_status():
+    xr, classes = example("vultr")
+    out = converge(xr, classes)
+    assert "cache" not in out.status
+    assert not [k for k in out.resources if "storage" in k]
+    assert out.status["providerConfigRef"]["name"]
+
+
+def test_a_lost_cluster_status_keeps_every_dependent():
+    xr, classes = example("vultr")
+    out = converge(xr, classes)
+    observed = reported(out)
+    lost = dict(observed.resources)
+    body = copy.deepcopy(lost["cluster"].body)
+    del body["status"]
+    lost["cluster"] = ObservedResource(body)
+    again = compose_cluster(xr, all_classes(classes), Observed(resources=lost))
+    assert set(again.resources) == set(out.resources)
+    for key, desired in out.resources.items():
+        assert again.resources[key].body == desired.body, key
+
+
+def test_pool_names_that_are_label_values_get_valid_cloud_names():
+    xr, classes = example("vultr")
+    xr["spec"]["nodePools"][0]["name"] = "H100_Pool"
+    xr["spec"]["nodePools"].append({**xr["spec"]["nodePools"][0], "name": "h100-pool"})
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    a = out.resources["nodepool-H100_Pool"].body
+    b = out.resources["nodepool-h100-pool"].body
+    assert a["metadata"]["name"] != b["metadata"]["name"]
+    assert a["spec"]["forProvider"]["label"] != b["spec"]["forProvider"]["label"]
+    for body in (a, b):
+        for name in (body["metadata"]["name"], body["spec"]["forProvider"]["label"]):
+            assert name.islower() and "_" not in name
+    assert {"key": "modelplane.ai/pool", "value": "H100_Pool"} in a["spec"]["forProvider"]["labels"]
+
+
+# --- shapes ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"plan": "vcg-l40s-32c-375g-96vram"}, "accelerator count 1 disagrees with the 2 GPUs"),
+        ({"plan": "vcg-a100-1c-6g-4vram"}, "a fractional vGPU (0.05 of a GPU)"),
+        ({"plan": "vc2-6c-16gb"}, "not a GPU plan in the shape table"),
+    ],
+    ids=["count", "fractional", "not-a-gpu-plan"],
+)
+def test_shape_warnings(change, expected):
+    xr, classes = example("vultr")
+    classes = copy.deepcopy(classes)
+    classes[0]["spec"]["provisioning"]["vultr"].update(change)
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    found = [r.message for r in out.results if r.reason == "ShapeMismatch"]
+    assert any(expected in w for w in found), found
+    assert all("pool 'gpu-l40s'" in w for w in found)
+
+
+def test_declared_gpu_devices_are_checked_against_the_plan():
+    xr, classes = example("vultr")
+    classes = copy.deepcopy(classes)
+    classes[0]["spec"]["devices"][0]["count"] = 2
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    assert any("declares 2 GPU devices, but the plan has 1" in r.message for r in out.results)
+
+
+def test_the_example_has_no_warnings():
+    xr, classes = example("vultr")
+    out = converge(xr, classes)
+    assert [r for r in out.results if r.severity == "Warning"] == []
