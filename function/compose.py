@@ -34,25 +34,47 @@ def compose_class(body: dict) -> Output:
     )
 
 
-def compose_cluster(body: dict, required: dict[str, list[dict]], observed: Observed) -> Output:
+def compose_cluster(
+    body: dict,
+    required: dict[str, list[dict]],
+    observed: Observed,
+    schemas: dict[str, bool] | None = None,
+) -> Output:
     xr = parse_cluster(body)
     inputs = Inputs(
-        xr=xr, classes=resolve_classes(xr, required), observed=observed, required=required
+        xr=xr,
+        classes=resolve_classes(xr, required),
+        observed=observed,
+        required=required,
+        schemas=schemas or {},
     )
 
     cluster = clusters.render(inputs)
-    resources = {**cluster.resources, **serving.render(inputs, cluster)}
+    stack = serving.render(inputs, cluster)
+    resources = {**cluster.resources, **stack.resources}
     complete = cluster.complete and inputs.classes.complete
     if not complete:
         resources = {**carry_forward(observed, resources), **resources}
+    # Ready once the cluster and its whole stack are; a gateway still waiting for its first
+    # client is closed by design, not unready.
+    installed = stack.ready or stack.reason == "WaitingForClients"
 
     return Output(
         resources=dict(sorted(resources.items())),
-        status=status.render(inputs, cluster),
-        conditions=[cluster_condition(cluster), classes_condition(inputs.classes)],
+        status=status.render(inputs, cluster, stack),
+        conditions=[
+            cluster_condition(cluster),
+            Condition("BackendReady", stack.ready, stack.reason, stack.message),
+            classes_condition(inputs.classes),
+        ],
         results=cluster.results + class_results(xr, inputs.classes),
-        requirements={**class_requirements(xr, required), **cluster.requirements},
-        ready=None if complete and cluster.ready else False,
+        requirements={
+            **class_requirements(xr, required),
+            **cluster.requirements,
+            **stack.requirements,
+        },
+        schemas=stack.schemas,
+        ready=None if complete and cluster.ready and installed else False,
     )
 
 

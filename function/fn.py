@@ -58,7 +58,10 @@ def run(kind: str | None, composite: dict, req: fnv1.RunFunctionRequest) -> Outp
         return compose_class(composite)
     if kind == names.INFERENCE_CLUSTER:
         return compose_cluster(
-            composite, required_resources(req, composite), observed(req, composite)
+            composite,
+            required_resources(req, composite),
+            observed(req, composite),
+            {name: s.HasField("openapi_v3") for name, s in req.required_schemas.items()},
         )
     raise BadInput(f"this function composes InferenceCluster and InferenceClass, not kind {kind!r}")
 
@@ -148,6 +151,8 @@ def encode(out: Output, rsp: fnv1.RunFunctionResponse) -> None:
     )
     for r in out.results:
         rsp.results.add(severity=SEVERITY[r.severity], message=r.message, reason=r.reason or "")
+    for key, want in sorted(out.schemas.items()):
+        response.require_schema(rsp, key, want.api_version, want.kind)
     for key, want in sorted(out.requirements.items()):
         response.require_resources(
             rsp, key, want.api_version, want.kind, match_name=want.name, namespace=want.namespace

@@ -81,6 +81,8 @@ class Inputs:
     # Every required resource Crossplane handed over, by requirement name; a name is absent until
     # Crossplane has answered it.
     required: Mapping[str, list[dict]] = field(default_factory=dict)
+    # Required schemas Crossplane answered: whether the kind is installed.
+    schemas: Mapping[str, bool] = field(default_factory=dict)
 
 
 def field_path(loc: tuple) -> str:

@@ -48,6 +48,8 @@ class Output:
     conditions: list[Condition] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
     requirements: dict[str, Requirement] = field(default_factory=dict)
+    # Kinds whose schema the function asks for (to learn whether they are installed).
+    schemas: dict[str, Requirement] = field(default_factory=dict)
     # None leaves XR readiness to Crossplane (all composed resources ready).
     ready: bool | None = None
 

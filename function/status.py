@@ -8,6 +8,7 @@ from function import names
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs
 from function.models import Device, InferenceClass, NodePool
+from function.serving import StackFacts, gateway
 
 
 def device(d: Device) -> dict:
@@ -24,9 +25,12 @@ def gpu_pool(pool: NodePool, cls: InferenceClass) -> dict:
     }
 
 
-def render(inputs: Inputs, cluster: ClusterFacts) -> dict:
+def render(inputs: Inputs, cluster: ClusterFacts, stack: StackFacts) -> dict:
     observed = inputs.observed.status
     status: dict = {"namespace": names.SYSTEM_NAMESPACE}
+    published = gateway_status(inputs, stack, observed.get("gateway") or {})
+    if published:
+        status["gateway"] = published
 
     provider_config, storage_class = cluster.provider_config, cluster.storage_class
     if not cluster.complete:
@@ -48,3 +52,25 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> dict:
     if pools:
         status["gpuPools"] = pools
     return status
+
+
+def gateway_status(inputs: Inputs, stack: StackFacts, kept: dict) -> dict:
+    """Address and CA as observed, else as last published; the hostname once clients can
+    authenticate to an addressed gateway whose CA they can check."""
+    out = {}
+    address = stack.address or _string(kept.get("address"))
+    ca = stack.ca_certificate
+    if ca is None and gateway.is_public_certificate(kept.get("caCertificate")):
+        ca = kept["caCertificate"]
+    if address:
+        out["address"] = address
+    if ca:
+        out["caCertificate"] = ca
+    clients = stack.client_cas
+    if address and ca and (clients or (clients is None and kept.get("hostname"))):
+        out["hostname"] = gateway.hostname(inputs.xr.name)
+    return out
+
+
+def _string(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None

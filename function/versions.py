@@ -14,7 +14,7 @@ class Chart:
     namespace: str
 
 
-# The serving stack, installed on every cluster.
+# The serving stack, installed on every cluster, by release key (release mp-<key>).
 CHARTS: dict[str, Chart] = {
     "cert-manager": Chart(
         name="cert-manager",
@@ -22,6 +22,69 @@ CHARTS: dict[str, Chart] = {
         version="v1.20.2",
         namespace="cert-manager",
     ),
+    # v0.24.0: the Bundle CRD the gateway's CA is published through is validated at that version.
+    "trust-manager": Chart(
+        name="trust-manager",
+        repository="https://charts.jetstack.io",
+        version="v0.24.0",
+        namespace="cert-manager",
+    ),
+    # v1.8 or newer: InferencePool backends through the AI Gateway extension.
+    "envoy-gateway": Chart(
+        name="gateway-helm",
+        repository="oci://docker.io/envoyproxy",
+        version="v1.8.3",
+        namespace="envoy-gateway-system",
+    ),
+    "ai-gateway-crds": Chart(
+        name="ai-gateway-crds-helm",
+        repository="oci://docker.io/envoyproxy",
+        version="v1.1.0",
+        namespace="envoy-ai-gateway-system",
+    ),
+    "ai-gateway": Chart(
+        name="ai-gateway-helm",
+        repository="oci://docker.io/envoyproxy",
+        version="v1.1.0",
+        namespace="envoy-ai-gateway-system",
+    ),
+    "node-feature-discovery": Chart(
+        name="node-feature-discovery",
+        repository="https://kubernetes-sigs.github.io/node-feature-discovery/charts",
+        version="0.18.3",
+        namespace="node-feature-discovery",
+    ),
+    "nvidia-dra-driver": Chart(
+        name="nvidia-dra-driver-gpu",
+        repository="https://helm.ngc.nvidia.com/nvidia",
+        version="25.12.0",
+        namespace="nvidia-dra-driver",
+    ),
+    # Standard stack: multi-node engines as LeaderWorkerSets.
+    "leader-worker-set": Chart(
+        name="lws",
+        repository="oci://registry.k8s.io/lws/charts",
+        version="0.8.0",
+        namespace="lws-system",
+    ),
+    # Dynamo stack: Grove gang-schedules engines through the KAI Scheduler.
+    "grove": Chart(
+        name="grove-charts",
+        repository="oci://ghcr.io/ai-dynamo/grove",
+        version="v0.1.0-alpha.11",
+        namespace="grove-system",
+    ),
+    "kai-scheduler": Chart(
+        name="kai-scheduler",
+        repository="oci://ghcr.io/kai-scheduler/kai-scheduler",
+        version="v0.16.8",
+        namespace="kai-scheduler",
+    ),
+}
+
+# Images the function runs itself (not through a chart).
+IMAGES: dict[str, str] = {
+    "modelexpress-server": "nvcr.io/nvidia/ai-dynamo/modelexpress-server:0.5.0",
 }
 
 # What a cloud installs with its cluster (the cloud half), by release key.

@@ -17,6 +17,8 @@ import yaml
 from tests.sim.providers import World, observe
 from tests.tools.render import COMPOSITION, FUNCTIONS
 
+SCHEMAS = Path(__file__).resolve().parent / "sim" / "schemas"
+
 XRD = Path(__file__).resolve().parent.parent / "apis" / "inferenceclusters" / "definition.yaml"
 RESOURCE_NAME = "crossplane.io/composition-resource-name"
 
@@ -46,6 +48,8 @@ class Renderer:
     target: str
     workdir: Path
     composition: Path = COMPOSITION
+    # OpenAPI documents of the kinds installed beside ours (the InferenceGateway), or None.
+    schemas: Path | None = None
     calls: int = field(default=0)
 
     def render(self, xr: dict, required: list[dict], observed: list[dict] | None = None) -> Pass:
@@ -66,6 +70,8 @@ class Renderer:
             "--include-full-xr",
             f"--function-annotations=render.crossplane.io/runtime-development-target={self.target}",
         ]
+        if self.schemas is not None:
+            args.append(f"--required-schemas={self.schemas}")
         if observed:
             (folder / "observed.yaml").write_text(yaml.safe_dump_all(observed))
             args.append(f"--observed-resources={folder / 'observed.yaml'}")
@@ -117,10 +123,11 @@ def converge(
     world: World | None = None,
     *,
     start: Pass | None = None,
-    max_passes: int = 12,
+    max_passes: int = 20,
 ) -> list[Pass]:
     """Render until the desired set and status stop changing; every pass is returned."""
     world = world or World()
+    required = required + (world.inference_gateways or [])
     passes: list[Pass] = []
     previous = start
     for _ in range(max_passes):

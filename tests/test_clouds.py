@@ -10,12 +10,15 @@ and every manifest inside an Object, is validated against the real schemas at th
 import pytest
 
 from tests.builders import example, provider_configs
-from tests.converge import Pass, Renderer, converge, next_xr, observed_as_provider_reports
+from tests.converge import SCHEMAS, Pass, Renderer, converge, next_xr, observed_as_provider_reports
 from tests.golden import check_golden
 from tests.sim.providers import World
+from tests.sim.workload import inference_gateway
 from tests.tools.server import function_server
 from tests.validation import validate_everything
 
+# The fleet's InferenceGateway: its client CA opens every cluster's gateway.
+FLEET = [inference_gateway("fleet-a")]
 CAPACITY_BLOCKS = World(
     capacity_reservations={
         "cr-0123456789abcdef0": {
@@ -24,23 +27,26 @@ CAPACITY_BLOCKS = World(
             "instanceCount": 2,
             "endDate": "2026-12-14T11:30:00Z",
         }
-    }
+    },
+    inference_gateways=FLEET,
 )
 # Example -> the world its providers see. "<example>/H100_Pool" is the example with its first
-# pool renamed to a label value no cloud takes as a resource name.
+# pool renamed to a label value no cloud takes as a resource name. Where the world has no
+# InferenceGateways, the gateway stays closed and the hostname withheld.
 EXAMPLES: dict[str, World] = {
+    "existing": World(inference_gateways=FLEET),
     "eks": CAPACITY_BLOCKS,
-    "eks-on-demand": World(),
-    "eks-on-demand/H100_Pool": World(),
-    "gke": World(),
-    "gke-team": World(),
-    "gke/H100_Pool": World(),
-    "aks": World(),
-    "aks-a10": World(),
-    "nebius": World(),
-    "nebius/H100_Pool": World(),
-    "vultr": World(),
-    "vultr/H100_Pool": World(),
+    "eks-on-demand": World(inference_gateways=None),
+    "eks-on-demand/H100_Pool": World(inference_gateways=[]),
+    "gke": World(inference_gateways=FLEET),
+    "gke-team": World(inference_gateways=FLEET),
+    "gke/H100_Pool": World(inference_gateways=FLEET),
+    "aks": World(inference_gateways=FLEET),
+    "aks-a10": World(inference_gateways=FLEET),
+    "nebius": World(inference_gateways=FLEET),
+    "nebius/H100_Pool": World(inference_gateways=FLEET),
+    "vultr": World(inference_gateways=FLEET),
+    "vultr/H100_Pool": World(inference_gateways=FLEET),
 }
 RENAMED_POOL = "H100_Pool"
 
@@ -85,7 +91,9 @@ def content(body: dict) -> dict:
 @pytest.fixture(scope="module")
 def renderer(crossplane, tmp_path_factory):
     with function_server() as server:
-        yield Renderer(crossplane, server.target, tmp_path_factory.mktemp("renders"))
+        yield Renderer(
+            crossplane, server.target, tmp_path_factory.mktemp("renders"), schemas=SCHEMAS
+        )
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +110,9 @@ def replay(renderer: Renderer, name: str, last: Pass, *, xr=None, classes=None, 
     base_xr, base_classes = load(name)
     return renderer.render(
         next_xr(xr or base_xr, last),
-        (base_classes if classes is None else classes) + provider_configs(name.split("/")[0]),
+        (base_classes if classes is None else classes)
+        + provider_configs(name.split("/")[0])
+        + (EXAMPLES[name].inference_gateways or []),
         observed
         if observed is not None
         else observed_as_provider_reports(last.composed, EXAMPLES[name]),
@@ -114,10 +124,22 @@ def test_converges_to_a_ready_cluster(converged, name):
     passes = converged[name]
     first, last = passes[0], passes[-1]
     assert not first.ready, "a first reconcile is never Ready"
-    assert first.condition("ClusterReady")["reason"] == "Provisioning"
+    if name != "existing":
+        assert first.condition("ClusterReady")["reason"] == "Provisioning"
     assert last.ready
     cluster_ready = last.condition("ClusterReady")
     assert (cluster_ready["status"], cluster_ready["reason"]) == ("True", "Available")
+    backend = last.condition("BackendReady")
+    gateway = last.xr["status"].get("gateway", {})
+    if EXAMPLES[name].inference_gateways:
+        assert (backend["status"], backend["reason"]) == ("True", "Available")
+        assert gateway["address"] == "203.0.113.10"
+        assert gateway["hostname"].endswith(".modelplane-system.svc.cluster.local")
+        assert gateway["caCertificate"].startswith("-----BEGIN CERTIFICATE-----")
+    else:
+        assert (backend["status"], backend["reason"]) == ("False", "WaitingForClients")
+        assert "hostname" not in gateway and "address" not in gateway
+        assert "gateway" not in last.composed
     status = last.xr["status"]
     assert status["namespace"] == "modelplane-system"
     pc = status["providerConfigRef"]["name"]
@@ -157,7 +179,9 @@ def test_a_deleted_class_keeps_every_resource(renderer, converged, name):
     for key, body in last.composed.items():
         assert content(after.composed[key]) == content(body), key
     assert not after.ready
-    assert after.condition("ClusterReady")["reason"] == "WaitingForClasses"
+    assert after.condition("ClassesResolved")["reason"] == "ClassNotFound"
+    if name != "existing":  # an existing cluster needs no class to be reached
+        assert after.condition("ClusterReady")["reason"] == "WaitingForClasses"
     assert after.xr["status"]["gpuPools"] == last.xr["status"]["gpuPools"]
 
 

@@ -75,8 +75,14 @@ def test_insecure_round_trip_composes_an_existing_cluster():
     assert status["gpuPools"][0]["nodes"] == 2
     assert {c.type: c.status for c in rsp.conditions} == {
         "ClusterReady": fnv1.STATUS_CONDITION_TRUE,
+        "BackendReady": fnv1.STATUS_CONDITION_FALSE,
         "ClassesResolved": fnv1.STATUS_CONDITION_TRUE,
     }
+    # Nothing installed yet: the XR is not Ready, whatever its composed resources say.
+    assert rsp.desired.composite.ready == fnv1.READY_FALSE
+    # The fleet's InferenceGateway kind may not exist: its schema is asked for, not its objects.
+    assert rsp.requirements.schemas["inference-gateway-kind"].kind == "InferenceGateway"
+    assert "inference-gateways" not in rsp.requirements.resources
     assert rsp.meta.ttl.seconds == 60
 
 

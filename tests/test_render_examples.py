@@ -88,13 +88,22 @@ def test_existing_renders_provider_configs_and_status(rendered):
     assert status["cache"] == {"storageClassName": "weka-rwx"}
     assert status["gpuPools"][0]["name"] == "gpu-h100"
     assert status["gpuPools"][0]["nodes"] == 2
-    conditions = {c["type"]: c["status"] for c in status["conditions"]}
-    assert conditions == {"Ready": "True", "ClusterReady": "True", "ClassesResolved": "True"}
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    # Nothing is installed on the cluster yet: a first reconcile is never Ready.
+    assert conditions == {
+        "Ready": ("False", "Creating"),
+        "ClusterReady": ("True", "Available"),
+        "BackendReady": ("False", "WaitingForCluster"),
+        "ClassesResolved": ("True", "Resolved"),
+    }
     assert results == []
 
 
-def test_existing_second_pass_installs_cert_manager(rendered):
+def test_existing_second_pass_installs_the_stack_through_the_provider_configs(rendered):
     xr, composed, _ = split(rendered["existing-second-pass"])
+    # What needs no other component goes first; the rest waits for what it needs.
+    assert {"release-cert-manager", "release-envoy-gateway", "gateway-namespace"} <= set(composed)
+    assert "gateway-selfsigned-issuer" not in composed  # needs cert-manager Ready
     release = composed["release-cert-manager"]
     assert release["spec"]["forProvider"]["chart"]["name"] == "cert-manager"
     assert release["metadata"]["namespace"] == "modelplane-system"

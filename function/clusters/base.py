@@ -213,8 +213,9 @@ class Cloud:
         self, kubeconfig_ready: bool, identity: Identity | None = None
     ) -> str | None:
         """The kubernetes and helm ClusterProviderConfigs, once the kubeconfig Secret is written."""
-        composed = [self.when(k, kubeconfig_ready, "kubeconfig") for k in PROVIDER_CONFIG_KEYS]
-        if not all(composed):
+        # Both or neither: one already observed brings its partner along.
+        start = kubeconfig_ready or any(self.observed(k) for k in PROVIDER_CONFIG_KEYS)
+        if not all([self.when(k, start, "kubeconfig") for k in PROVIDER_CONFIG_KEYS]):
             return None
         name = names.provider_config_name(self.xr)
         secret = SecretKey(names.kubeconfig_secret(self.xr), "kubeconfig")
@@ -304,23 +305,31 @@ class Cloud:
         for key, desired in self.resources.items():
             if desired.ready:
                 continue
-            seen = self.observed(key)
-            ready = seen.condition("Ready") if seen else None
-            reason = ready.get("reason") if ready else None
-            waiting[key] = reason if reason and reason != "Available" else None
+            waiting[key] = observed_reason(self.observed(key))
         return waiting
 
     def wait_message(self, waiting: dict[str, str | None]) -> str:
-        total = len(self.resources) + len(self.pending)
-        shown = [
-            f"{key} ({why})" if why else key
-            for key, why in sorted(waiting.items())[:_WAIT_MESSAGE_NAMES]
-        ]
-        more = len(waiting) - len(shown)
-        text = f"waiting for {len(waiting)} of {total} resources: " + ", ".join(shown)
-        if more:
-            text += f", and {more} more"
-        return text[:_WAIT_MESSAGE_CHARS]
+        return describe_waiting(waiting, len(self.resources) + len(self.pending))
+
+
+def describe_waiting(waiting: dict[str, str | None], total: int, what: str = "resources") -> str:
+    """`waiting for 3 of 41 resources: a (Creating), b, c`: sorted, bounded, deterministic."""
+    shown = [
+        f"{key} ({why})" if why else key
+        for key, why in sorted(waiting.items())[:_WAIT_MESSAGE_NAMES]
+    ]
+    more = len(waiting) - len(shown)
+    text = f"waiting for {len(waiting)} of {total} {what}: " + ", ".join(shown)
+    if more:
+        text += f", and {more} more"
+    return text[:_WAIT_MESSAGE_CHARS]
+
+
+def observed_reason(seen: ObservedResource | None) -> str | None:
+    """Why an observed resource is not ready, if its Ready condition says."""
+    ready = seen.condition("Ready") if seen else None
+    reason = ready.get("reason") if ready else None
+    return reason if reason and reason != "Available" else None
 
 
 # Metadata Crossplane or the API server own; carrying them forward would fight them.
@@ -328,7 +337,8 @@ _OWNED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 
 
 def as_desired(body: dict) -> dict:
-    """An observed body as a desired one: identity, labels, annotations and spec, no status."""
+    """An observed body as a desired one: identity, labels, annotations and content (a spec, or
+    a core kind's data), never status or what the API server owns."""
     meta = body.get("metadata", {})
     keep: dict = {"name": meta.get("name")}
     if meta.get("namespace"):
@@ -341,8 +351,7 @@ def as_desired(body: dict) -> dict:
     if annotations:
         keep["annotations"] = annotations
     out = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": keep}
-    if "spec" in body:
-        out["spec"] = body["spec"]
+    out |= {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata", "status")}
     return out
 
 

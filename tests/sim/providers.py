@@ -15,6 +15,8 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tests.sim import workload
+
 ACCOUNT = "123456789012"
 GCP_PROJECT = "modelplane-demo"
 AZURE_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
@@ -36,6 +38,10 @@ class World:
 
     # Capacity Block reservation id -> what EC2 reports about it (atProvider fields).
     capacity_reservations: dict[str, dict] = field(default_factory=dict)
+    # The address the workload cluster's load balancer gives the inference gateway.
+    gateway_address: str | None = workload.GATEWAY_ADDRESS
+    # The fleet's InferenceGateways; None when their kind is not even installed.
+    inference_gateways: list[dict] | None = None
 
 
 def conditions(ready: bool = True, reason: str = "Available", message: str = "") -> list[dict]:
@@ -203,6 +209,24 @@ def _vke_node_pool(body: dict, world: World) -> dict:
     }
 
 
+def _object(body: dict, world: World) -> dict:
+    """provider-kubernetes reports the remote object, status and all."""
+    spec = body.get("spec", {})
+    observe_only = spec.get("managementPolicies") == ["Observe"]
+    manifest = spec.get("forProvider", {}).get("manifest", {})
+    return {"manifest": workload.remote_object(manifest, observe_only, world.gateway_address)}
+
+
+def _release(body: dict, world: World) -> dict:
+    del world
+    chart = body.get("spec", {}).get("forProvider", {}).get("chart", {})
+    return {
+        "state": "deployed",
+        "revision": 1,
+        "releaseDescription": f"Install {chart.get('name')}",
+    }
+
+
 # (apiVersion group, kind) -> what the provider reports in atProvider.
 AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("ec2.aws.m.upbound.io", "VPC"): _aws_id("vpc"),
@@ -229,6 +253,8 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("eks.aws.m.upbound.io", "ClusterAuth"): lambda body, world: {},
     ("efs.aws.m.upbound.io", "FileSystem"): _aws_id("fs"),
     ("efs.aws.m.upbound.io", "MountTarget"): _aws_id("fsmt"),
+    ("kubernetes.m.crossplane.io", "Object"): _object,
+    ("helm.m.crossplane.io", "Release"): _release,
     ("compute.gcp.m.upbound.io", "Network"): _gcp("networks"),
     ("compute.gcp.m.upbound.io", "Subnetwork"): _gcp("subnetworks", regional=True),
     ("compute.gcp.m.upbound.io", "Router"): _gcp("routers", regional=True),
@@ -306,8 +332,14 @@ def observe(body: dict, world: World | None = None) -> Observation:
         "writeConnectionSecretToRef"
     ):
         connection = {"kubeconfig": kubeconfig(name)}
+    ready = True
+    if (group, kind) == ("kubernetes.m.crossplane.io", "Object"):
+        ready = workload.object_ready(body, at_provider["manifest"])
     return Observation(
-        status={"conditions": conditions(), "atProvider": at_provider},
+        status={
+            "conditions": conditions(ready, "Available" if ready else "Creating"),
+            "atProvider": at_provider,
+        },
         external_name=external_name(group, external, at_provider),
         connection=connection,
     )

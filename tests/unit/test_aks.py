@@ -7,26 +7,14 @@ import pytest
 
 from function.clusters import aks
 from function.compose import compose_cluster
-from function.inputs import Observed, ObservedResource
+from function.inputs import Observed
 from function.output import Output
 from tests.builders import all_classes, example
-from tests.sim.providers import observe
+from tests.unit import sim
 
 
-def reported(out: Output) -> Observed:
-    resources = {}
-    for key, desired in out.resources.items():
-        body = copy.deepcopy(desired.body)
-        body["status"] = observe(body).status
-        resources[key] = ObservedResource(body)
-    return Observed(resources=resources)
-
-
-def converge(xr: dict, classes: list[dict], passes: int = 4) -> Output:
-    out = compose_cluster(xr, all_classes(classes), Observed())
-    for _ in range(passes):
-        out = compose_cluster(xr, all_classes(classes), reported(out))
-    return out
+def converge(xr: dict, classes: list[dict]) -> Output:
+    return sim.converge(xr, all_classes(classes))
 
 
 def test_agent_pool_is_named_after_the_pool_and_autoscales_from_its_initial_size():

@@ -58,7 +58,7 @@ def test_first_pass_composes_both_provider_configs_from_the_kubeconfig_secret():
     assert helm["apiVersion"] == "helm.m.crossplane.io/v1beta1"
     assert helm["spec"] == kube.body["spec"]
     assert out.results == []
-    assert out.ready is None  # Crossplane derives readiness: every composed resource is ready
+    assert out.ready is False  # nothing is installed on the cluster yet
 
 
 def test_status_of_an_existing_cluster():
@@ -296,5 +296,5 @@ def test_cluster_without_node_pools_needs_no_classes():
     out = compose_cluster(xr, {}, Observed())
     assert out.requirements == {}
     assert "gpuPools" not in out.status
-    assert out.ready is None
+    assert out.ready is False  # the stack is not installed yet
     assert next(c for c in out.conditions if c.type == "ClassesResolved").status is True

@@ -9,10 +9,11 @@ from function import shapes
 from function.clusters import aws_network
 from function.clusters.eks import efa_interfaces
 from function.compose import compose_cluster
-from function.inputs import Observed, ObservedResource
-from function.output import Output
+from function.inputs import Observed
 from tests.builders import all_classes, example
-from tests.sim.providers import World, observe
+from tests.sim.providers import World
+from tests.unit import sim
+from tests.unit.sim import reported
 
 RESERVATION = "cr-0123456789abcdef0"
 MATCHING = {
@@ -23,23 +24,8 @@ MATCHING = {
 }
 
 
-def reported(out: Output, world: World | None = None, drop: tuple[str, ...] = ()) -> Observed:
-    """Everything out composed, as the providers would report it after reconciling."""
-    resources = {}
-    for key, desired in out.resources.items():
-        body = copy.deepcopy(desired.body)
-        if key not in drop:
-            seen = observe(body, world)
-            body["status"] = seen.status
-        resources[key] = ObservedResource(body)
-    return Observed(resources=resources)
-
-
-def converge(xr: dict, classes: list[dict], world: World | None = None, passes: int = 6):
-    out = compose_cluster(xr, all_classes(classes), Observed())
-    for _ in range(passes):
-        out = compose_cluster(xr, all_classes(classes), reported(out, world))
-    return out
+def converge(xr: dict, classes: list[dict], world: World | None = None):
+    return sim.converge(xr, all_classes(classes), world)
 
 
 def test_zone_cidrs_come_from_the_zone_letter_and_never_overlap():
@@ -142,7 +128,9 @@ def test_launch_template_waits_for_both_security_groups_then_sticks():
         "version": "1",
     }
     # The cluster's and the EFA group's status vanish: the template and group stay as they are.
-    lost = reported(out, world, drop=("cluster", "efa-security-group", "launch-template-gpu-h200"))
+    lost = reported(
+        out, world, drop_status=("cluster", "efa-security-group", "launch-template-gpu-h200")
+    )
     again = compose_cluster(xr, all_classes(classes), lost)
     for key in ("launch-template-gpu-h200", "nodegroup-gpu-h200"):
         assert again.resources[key].body["spec"] == out.resources[key].body["spec"], key

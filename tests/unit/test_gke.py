@@ -6,11 +6,11 @@ import pytest
 
 from function.clusters import gke
 from function.compose import compose_cluster
-from function.inputs import Inputs, Observed, ObservedResource, resolve_classes
+from function.inputs import Inputs, Observed, resolve_classes
 from function.models import InferenceCluster
-from function.output import Output
 from tests.builders import all_classes, example, provider_configs
-from tests.sim.providers import observe
+from tests.unit import sim
+from tests.unit.sim import reported
 
 
 def required(classes: list[dict], configs: list[dict] | None) -> dict[str, list[dict]]:
@@ -21,23 +21,9 @@ def required(classes: list[dict], configs: list[dict] | None) -> dict[str, list[
     return out
 
 
-def reported(out: Output, drop_status: tuple[str, ...] = ()) -> Observed:
-    resources = {}
-    for key, desired in out.resources.items():
-        body = copy.deepcopy(desired.body)
-        if key not in drop_status:
-            body["status"] = observe(body).status
-        resources[key] = ObservedResource(body)
-    return Observed(resources=resources)
-
-
-def converge(name: str = "gke", passes: int = 5):
+def converge(name: str = "gke"):
     xr, classes = example(name)
-    req = required(classes, provider_configs(name))
-    out = compose_cluster(xr, req, Observed())
-    for _ in range(passes):
-        out = compose_cluster(xr, req, reported(out))
-    return xr, classes, out
+    return xr, classes, sim.converge(xr, required(classes, provider_configs(name)))
 
 
 def test_the_provider_config_is_required_by_the_name_and_kind_the_credentials_give():

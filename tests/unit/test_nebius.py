@@ -42,7 +42,7 @@ def reported(out: Output, drop_status: tuple[str, ...] = ()) -> Observed:
     return Observed(resources=resources)
 
 
-def converge(xr: dict, req: dict, passes: int = 5) -> Output:
+def converge(xr: dict, req: dict, passes: int = 20) -> Output:
     out = compose_cluster(xr, req, Observed())
     for _ in range(passes):
         out = compose_cluster(xr, req, reported(out))

@@ -23,7 +23,7 @@ def reported(out: Output, overrides: dict[str, dict] | None = None) -> Observed:
     return Observed(resources=resources)
 
 
-def converge(xr: dict, classes: list[dict], passes: int = 5, overrides=None) -> Output:
+def converge(xr: dict, classes: list[dict], passes: int = 20, overrides=None) -> Output:
     out = compose_cluster(xr, all_classes(classes), Observed())
     for _ in range(passes):
         out = compose_cluster(xr, all_classes(classes), reported(out, overrides))

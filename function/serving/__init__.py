@@ -1,0 +1,163 @@
+"""The serving stack on every workload cluster, rendered from the component table by one engine.
+
+Rules the engine applies to every component (function/serving/components.py):
+- nothing goes on the cluster before both of its ProviderConfigs are observed;
+- a component is first composed once every component it comes `after` is Ready (their CRDs and
+  objects exist), and is never dropped afterwards;
+- a builder that has nothing to say this time (no client CA yet) keeps what exists as it is;
+- readiness is each resource's own observed Ready condition (provider-kubernetes derives it from
+  the component's readiness query).
+"""
+
+from dataclasses import dataclass, field
+
+from function import kube, names
+from function.clusters.base import (
+    PROVIDER_CONFIG_KEYS,
+    as_desired,
+    describe_waiting,
+    observed_reason,
+)
+from function.clusters.facts import ClusterFacts
+from function.inputs import Inputs
+from function.output import Desired, Requirement
+from function.serving import gateway
+from function.serving.components import COMPONENTS, Component, Context
+from function.versions import CHARTS
+
+GATEWAY_KIND = Requirement(names.API_VERSION, "InferenceGateway")
+# Whether the InferenceGateway kind is installed at all (a required schema comes back empty when
+# it is not; listing an unknown kind would fail the whole reconcile).
+GATEWAY_SCHEMA = "inference-gateway-kind"
+GATEWAYS = "inference-gateways"
+
+
+@dataclass
+class StackFacts:
+    resources: dict[str, Desired] = field(default_factory=dict)
+    ready: bool = False
+    reason: str = "WaitingForCluster"
+    message: str = "waiting for the cluster's ProviderConfigs"
+    requirements: dict[str, Requirement] = field(default_factory=dict)
+    schemas: dict[str, Requirement] = field(default_factory=dict)
+    # The gateway as observed this time (None: not observed); status.py keeps older values.
+    address: str | None = None
+    ca_certificate: str | None = None
+    client_cas: int | None = None
+
+
+def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
+    facts = StackFacts(schemas={GATEWAY_SCHEMA: GATEWAY_KIND})
+    cas = client_cas(inputs, facts)
+    facts.client_cas = None if cas is None else len(cas)
+    observed = inputs.observed.resources
+    if cluster.provider_config is None:
+        return facts
+    ctx = Context(
+        xr=inputs.xr.name,
+        stack=inputs.xr.spec.stack,
+        hostname=gateway.hostname(inputs.xr.name),
+        nvidia_driver_root=cluster.nvidia_driver_root,
+        client_cas=cas,
+    )
+    reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
+    components = [c for c in COMPONENTS if ctx.stack in c.stacks]
+    keys = {c.key: c.resource_key for c in components}
+    pending: dict[str, str | None] = {}
+    withheld: list[str] = []
+    for component in components:
+        key = component.resource_key
+        seen = observed.get(key)
+        built = component.build(ctx)
+        if built is None:
+            if seen is None:
+                withheld.append(key)
+            else:
+                facts.resources[key] = Desired(as_desired(seen.body), ready=seen.ready)
+            continue
+        blocked = [d for d in component.after if not _ready(observed.get(keys[d]))]
+        if seen is None and not reachable:
+            pending[key] = "ProviderConfigs"
+            continue
+        if seen is None and blocked:
+            pending[key] = ", ".join(blocked)
+            continue
+        body = _body(component, built, ctx, cluster.provider_config)
+        facts.resources[key] = Desired(body, ready=seen is not None and seen.ready)
+
+    facts.address, facts.ca_certificate = observed_gateway(inputs)
+    waiting = {
+        k: observed_reason(observed.get(k)) for k, d in facts.resources.items() if not d.ready
+    }
+    waiting |= pending
+    if not reachable and not facts.resources:
+        return facts
+    if waiting:
+        facts.reason = "Installing"
+        facts.message = describe_waiting(waiting, len(components), "components")
+    elif withheld:
+        facts.reason = "WaitingForClients"
+        facts.message = (
+            "the stack is installed; the gateway opens once an InferenceGateway publishes its "
+            "client CA"
+        )
+    else:
+        facts.ready, facts.reason = True, "Available"
+        facts.message = f"the {ctx.stack} stack is installed and the gateway is open to clients"
+    return facts
+
+
+def client_cas(inputs: Inputs, facts: StackFacts) -> tuple[gateway.ClientCA, ...] | None:
+    """The InferenceGateways' client CAs: () when the kind is not installed or none published,
+    None while Crossplane has not answered."""
+    installed = inputs.schemas.get(GATEWAY_SCHEMA)
+    if installed is None:
+        return None
+    if not installed:
+        return ()
+    facts.requirements[GATEWAYS] = GATEWAY_KIND
+    if GATEWAYS not in inputs.required:
+        return None
+    return gateway.client_cas(inputs.required[GATEWAYS])
+
+
+def observed_gateway(inputs: Inputs) -> tuple[str | None, str | None]:
+    """The Gateway's first address and the CA certificate trust-manager published, if seen."""
+    observed = inputs.observed.resources
+    address = None
+    gw = observed.get("gateway")
+    addresses = gw.at_provider("manifest", "status", "addresses") if gw else None
+    if isinstance(addresses, list) and addresses and isinstance(addresses[0], dict):
+        value = addresses[0].get("value")
+        address = value if isinstance(value, str) and value else None
+    ca = None
+    cm = observed.get("gateway-ca-configmap")
+    published = cm.at_provider("manifest", "data", gateway.CA_KEY) if cm else None
+    if gateway.is_public_certificate(published):
+        ca = published
+    return address, ca
+
+
+def _body(component: Component, built: dict, ctx: Context, provider_config: str) -> dict:
+    if component.chart:
+        return kube.release(
+            ctx.xr,
+            component.key,
+            CHARTS[component.key],
+            provider_config,
+            built,
+            wait=component.wait,
+        )
+    return kube.manifest_object(
+        ctx.xr,
+        component.key,
+        built,
+        provider_config,
+        policies=["Observe"] if component.observe_only else None,
+        ready_when=component.ready_when,
+        watch=component.key.startswith("gateway"),
+    )
+
+
+def _ready(seen) -> bool:
+    return seen is not None and seen.ready

@@ -1,0 +1,428 @@
+"""The serving stack as a table: what each component is, what it waits for, what outlives it.
+
+A component is a Helm chart (a provider-helm Release) or one manifest (a provider-kubernetes
+Object). `after` names the components that must be Ready before it is first created, because it
+needs their CRDs or their objects; the same edges order deletion (issue: Usages), so whatever a
+component comes after also outlives it. Versions live in function/versions.py.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from function import names
+from function.serving import gateway
+from function.versions import IMAGES
+
+STANDARD, DYNAMO = "Standard", "Dynamo"
+BOTH = frozenset({STANDARD, DYNAMO})
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+CRDS = Path(__file__).parent / "crds"
+MODELEXPRESS = "modelexpress-server"
+MODELEXPRESS_PORT = 8001
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the components of one cluster are built from."""
+
+    xr: str
+    stack: str
+    hostname: str
+    nvidia_driver_root: str
+    # The InferenceGateways' client CAs; None while Crossplane has not answered yet.
+    client_cas: tuple[gateway.ClientCA, ...] | None
+
+
+# A builder returns the manifest (or chart values), or None for "not now": a component already
+# composed is then kept as it is, one not composed yet waits.
+Build = Callable[[Context], dict | None]
+
+
+@dataclass(frozen=True)
+class Component:
+    key: str
+    build: Build
+    after: tuple[str, ...] = ()
+    stacks: frozenset[str] = BOTH
+    chart: bool = False
+    # Charts: helm --wait. Manifests: a CEL readiness query over the remote object.
+    wait: bool = False
+    ready_when: str | None = None
+    observe_only: bool = False
+
+    @property
+    def resource_key(self) -> str:
+        return f"release-{self.key}" if self.chart else self.key
+
+
+def chart(key: str, values: dict | Build, **kw) -> Component:
+    build = values if callable(values) else (lambda _ctx, v=values: v)
+    return Component(key, build, chart=True, **kw)
+
+
+def manifest(key: str, body: dict | Build, **kw) -> Component:
+    build = body if callable(body) else (lambda _ctx, b=body: b)
+    return Component(key, build, **kw)
+
+
+def _crd(file: str) -> dict:
+    return yaml.safe_load((CRDS / file).read_text())
+
+
+def namespace(name: str, labels: dict | None = None) -> dict:
+    meta: dict = {"name": name}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def dra_driver_values(ctx: Context) -> dict:
+    """GPUs through DRA only (no compute domains: no multi-node NVLink)."""
+    values: dict = {
+        "gpuResourcesEnabledOverride": True,
+        "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+        "kubeletPlugin": {"tolerations": [GPU_TOLERATION]},
+    }
+    if ctx.nvidia_driver_root != "/":
+        values["nvidiaDriverRoot"] = ctx.nvidia_driver_root
+    return values
+
+
+AI_GATEWAY_CONTROLLER = "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local"
+ENVOY_GATEWAY_VALUES = {
+    "config": {
+        "envoyGateway": {
+            "extensionApis": {"enableBackend": True},
+            # HTTPRoutes may use InferencePool backends through the AI Gateway extension.
+            "extensionManager": {
+                "hooks": {
+                    "xdsTranslator": {
+                        "translation": {
+                            "listener": {"includeAll": True},
+                            "route": {"includeAll": True},
+                            "cluster": {"includeAll": True},
+                            "secret": {"includeAll": True},
+                        },
+                        "post": ["Translation", "Cluster", "Route"],
+                    }
+                },
+                "service": {"fqdn": {"hostname": AI_GATEWAY_CONTROLLER, "port": 1063}},
+                "backendResources": [
+                    {
+                        "group": "inference.networking.k8s.io",
+                        "kind": "InferencePool",
+                        "version": "v1",
+                    }
+                ],
+            },
+        }
+    }
+}
+
+CRITICAL_PODS_QUOTA = {
+    "apiVersion": "v1",
+    "kind": "ResourceQuota",
+    "metadata": {"name": "allow-critical-pods", "namespace": "nvidia-dra-driver"},
+    "spec": {
+        "hard": {"pods": "1000"},
+        "scopeSelector": {
+            "matchExpressions": [
+                {
+                    "operator": "In",
+                    "scopeName": "PriorityClass",
+                    "values": ["system-node-critical", "system-cluster-critical"],
+                }
+            ]
+        },
+    },
+}
+
+
+def _when_clients(build: Callable[[Context], dict]) -> Build:
+    """Composed once an InferenceGateway has published a client CA."""
+    return lambda ctx: build(ctx) if ctx.client_cas else None
+
+
+def _client_cas(ctx: Context) -> dict | None:
+    return gateway.client_ca_configmap(ctx.client_cas) if ctx.client_cas else None
+
+
+def queue(name: str, parent: str | None) -> dict:
+    """A KAI Queue with unlimited quota; the modelplane queue hangs under the root one."""
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    spec: dict = {"resources": {"cpu": unlimited, "gpu": unlimited, "memory": unlimited}}
+    if parent:
+        spec["parentQueue"] = parent
+    return {
+        "apiVersion": "scheduling.run.ai/v2",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def modelexpress(kind: str) -> dict:
+    """The ModelExpress server: metadata only, it moves no weights itself."""
+    meta = {"name": MODELEXPRESS, "namespace": "default", "labels": {"app": MODELEXPRESS}}
+    if kind == "ServiceAccount":
+        return {"apiVersion": "v1", "kind": kind, "metadata": meta}
+    if kind == "Role":
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": kind,
+            "metadata": meta,
+            "rules": [
+                {
+                    "apiGroups": ["modelexpress.nvidia.com"],
+                    "resources": [
+                        "modelmetadatas",
+                        "modelmetadatas/status",
+                        "modelcacheentries",
+                        "modelcacheentries/status",
+                    ],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                },
+            ],
+        }
+    if kind == "RoleBinding":
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": kind,
+            "metadata": meta,
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": MODELEXPRESS,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": MODELEXPRESS, "namespace": "default"}],
+        }
+    if kind == "Service":
+        return {
+            "apiVersion": "v1",
+            "kind": kind,
+            "metadata": meta,
+            "spec": {
+                "selector": {"app": MODELEXPRESS},
+                "ports": [
+                    {
+                        "name": "grpc",
+                        "port": MODELEXPRESS_PORT,
+                        "targetPort": MODELEXPRESS_PORT,
+                        "protocol": "TCP",
+                    }
+                ],
+            },
+        }
+    probe = {"tcpSocket": {"port": MODELEXPRESS_PORT}, "periodSeconds": 10}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": MODELEXPRESS}},
+            "template": {
+                "metadata": {"labels": {"app": MODELEXPRESS}},
+                "spec": {
+                    "serviceAccountName": MODELEXPRESS,
+                    "containers": [
+                        {
+                            "name": "server",
+                            "image": IMAGES[MODELEXPRESS],
+                            "ports": [{"name": "grpc", "containerPort": MODELEXPRESS_PORT}],
+                            "env": [
+                                {"name": "MODEL_EXPRESS_CACHE_DIRECTORY", "value": "/mnt/models"},
+                                {"name": "HF_HUB_CACHE", "value": "/mnt/models"},
+                                {"name": "MX_METADATA_BACKEND", "value": "kubernetes"},
+                                {
+                                    "name": "POD_NAMESPACE",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+                                },
+                            ],
+                            "readinessProbe": {**probe, "initialDelaySeconds": 5},
+                            "livenessProbe": {**probe, "initialDelaySeconds": 15},
+                            "volumeMounts": [{"name": "cache", "mountPath": "/mnt/models"}],
+                        }
+                    ],
+                    "volumes": [{"name": "cache", "emptyDir": {}}],
+                },
+            },
+        },
+    }
+
+
+DEPLOYMENT_AVAILABLE = (
+    "has(object.status) && has(object.status.conditions) && "
+    "object.status.conditions.exists(c, c.type == 'Available' && c.status == 'True')"
+)
+
+
+def table() -> tuple[Component, ...]:
+    """Every component, in the order they are composed (a component's `after` come first)."""
+    crds_ready = "has(object.status) && has(object.status.conditions) && " + (
+        "object.status.conditions.exists(c, c.type == 'Established' && c.status == 'True')"
+    )
+    return (
+        # Certificates, trust, and the namespaces the stack's own objects live in.
+        chart(
+            "cert-manager",
+            # CRDs outlive the chart: an uninstall never takes Certificates with it.
+            {"crds": {"enabled": True, "keep": True}, "enableCertificateOwnerRef": True},
+            wait=True,
+        ),
+        chart(
+            "trust-manager",
+            {
+                "crds": {"enabled": True, "keep": True},
+                "app": {"trust": {"namespace": names.SYSTEM_NAMESPACE}},
+                "defaultPackage": {"enabled": False},
+            },
+            after=("cert-manager",),
+            wait=True,
+        ),
+        manifest(
+            "gateway-namespace",
+            namespace(names.SYSTEM_NAMESPACE, {"modelplane.ai/namespace": names.SYSTEM_NAMESPACE}),
+        ),
+        # Gateway API, Envoy Gateway and the Envoy AI Gateway.
+        chart("envoy-gateway", ENVOY_GATEWAY_VALUES, wait=True),
+        chart("ai-gateway-crds", {}, wait=True),
+        chart(
+            "ai-gateway",
+            {"controller": {"logRequestHeaderAttributes": "x-modelplane-caller:caller"}},
+            after=("ai-gateway-crds", "envoy-gateway"),
+        ),
+        manifest(
+            "gaie-crd-inferencepools",
+            _crd("inference.networking.k8s.io_inferencepools.yaml"),
+            ready_when=crds_ready,
+        ),
+        manifest(
+            "gaie-crd-inferenceobjectives",
+            _crd("inference.networking.x-k8s.io_inferenceobjectives.yaml"),
+            ready_when=crds_ready,
+        ),
+        # GPUs through DRA, discovered by node-feature-discovery.
+        chart(
+            "node-feature-discovery",
+            {"worker": {"tolerations": [GPU_TOLERATION]}},
+        ),
+        manifest("dra-driver-namespace", namespace("nvidia-dra-driver")),
+        manifest(
+            "dra-driver-critical-pods-quota", CRITICAL_PODS_QUOTA, after=("dra-driver-namespace",)
+        ),
+        chart("nvidia-dra-driver", dra_driver_values, after=("dra-driver-critical-pods-quota",)),
+        # The gateway's CA and certificates.
+        manifest(
+            "gateway-selfsigned-issuer",
+            gateway.selfsigned_issuer(),
+            after=("cert-manager", "gateway-namespace"),
+        ),
+        manifest(
+            "gateway-ca-certificate",
+            lambda ctx: gateway.ca_certificate(ctx.xr),
+            after=("gateway-selfsigned-issuer",),
+            ready_when=gateway.CERTIFICATE_READY,
+        ),
+        manifest("gateway-ca-issuer", gateway.ca_issuer(), after=("gateway-ca-certificate",)),
+        manifest(
+            "gateway-serving-certificate",
+            lambda ctx: gateway.serving_certificate(ctx.hostname),
+            after=("gateway-ca-issuer",),
+            ready_when=gateway.CERTIFICATE_READY,
+        ),
+        manifest(
+            "gateway-ca-bundle",
+            gateway.ca_bundle(),
+            after=("trust-manager", "gateway-ca-certificate"),
+            ready_when=gateway.BUNDLE_SYNCED,
+        ),
+        manifest(
+            "gateway-ca-configmap",
+            gateway.ca_configmap(),
+            after=("gateway-ca-bundle",),
+            observe_only=True,
+        ),
+        # The gateway itself, closed until an InferenceGateway can authenticate to it.
+        manifest(
+            "gateway-proxy", gateway.envoy_proxy(), after=("envoy-gateway", "gateway-namespace")
+        ),
+        manifest("gateway-class", gateway.gateway_class(), after=("gateway-proxy",)),
+        manifest(
+            "gateway-client-cas",
+            _client_cas,
+            after=("gateway-namespace",),
+        ),
+        manifest(
+            "gateway-client-auth",
+            _when_clients(lambda _ctx: gateway.client_auth()),
+            after=("envoy-gateway", "gateway-client-cas"),
+            ready_when=gateway.POLICY_ACCEPTED,
+        ),
+        manifest(
+            "gateway",
+            _when_clients(lambda ctx: gateway.gateway(ctx.hostname)),
+            after=("gateway-class", "gateway-serving-certificate", "gateway-client-cas"),
+            ready_when=gateway.GATEWAY_HAS_ADDRESS,
+        ),
+        # Standard: multi-node engines as LeaderWorkerSets.
+        chart("leader-worker-set", {}, stacks=frozenset({STANDARD})),
+        # Dynamo: Grove, the KAI Scheduler and its queues, ModelExpress.
+        chart("grove", {}, stacks=frozenset({DYNAMO})),
+        chart("kai-scheduler", {}, stacks=frozenset({DYNAMO}), wait=True),
+        manifest(
+            "kai-queue-root",
+            queue("modelplane-root", None),
+            after=("kai-scheduler",),
+            stacks=frozenset({DYNAMO}),
+        ),
+        manifest(
+            "kai-queue",
+            queue("modelplane", "modelplane-root"),
+            after=("kai-queue-root",),
+            stacks=frozenset({DYNAMO}),
+        ),
+        manifest(
+            "modelexpress-crd-modelmetadatas",
+            _crd("modelexpress.nvidia.com_modelmetadatas.yaml"),
+            stacks=frozenset({DYNAMO}),
+            ready_when=crds_ready,
+        ),
+        manifest(
+            "modelexpress-crd-modelcacheentries",
+            _crd("modelexpress.nvidia.com_modelcacheentries.yaml"),
+            stacks=frozenset({DYNAMO}),
+            ready_when=crds_ready,
+        ),
+        *(
+            manifest(
+                f"modelexpress-server-{kind.lower()}",
+                modelexpress(kind),
+                after=("modelexpress-crd-modelmetadatas", "modelexpress-crd-modelcacheentries"),
+                stacks=frozenset({DYNAMO}),
+            )
+            for kind in ("ServiceAccount", "Role", "RoleBinding", "Service")
+        ),
+        manifest(
+            "modelexpress-server",
+            modelexpress("Deployment"),
+            after=(
+                "modelexpress-server-serviceaccount",
+                "modelexpress-server-rolebinding",
+                "modelexpress-server-service",
+            ),
+            stacks=frozenset({DYNAMO}),
+            ready_when=DEPLOYMENT_AVAILABLE,
+        ),
+    )
+
+
+COMPONENTS: tuple[Component, ...] = table()

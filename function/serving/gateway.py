@@ -1,0 +1,264 @@
+"""The inference gateway on a workload cluster, its own CA, and mutual TLS with the fleet.
+
+- A per-cluster CA (self-signed Issuer -> CA Certificate -> CA Issuer) signs the gateway's serving
+  Certificate for the cluster's stable hostname.
+- trust-manager publishes the CA's public certificate into a ConfigMap; the function observes that
+  ConfigMap, never the Secret that holds the CA's key.
+- The Gateway requires client certificates signed by a CA of an InferenceGateway that routes
+  here: their public CAs, sorted by name, go into a client-CA ConfigMap a ClientTrafficPolicy
+  references. Without any, the Gateway is not composed at all: closed, and the hostname withheld.
+"""
+
+from dataclasses import dataclass
+
+from function import names
+
+NAMESPACE = names.SYSTEM_NAMESPACE
+GATEWAY = "inference-gateway"
+GATEWAY_CLASS = "modelplane"
+SERVING_SECRET = "inference-gateway-serving"  # noqa: S105 - a Secret's name, not a secret
+SELF_SIGNED_ISSUER = "modelplane-selfsigned"
+CA = "modelplane-cluster-ca"
+CLIENT_CAS = "modelplane-inference-gateway-cas"
+CA_KEY = "ca.crt"
+MAX_CA_BYTES = 16384
+PEM_CERTIFICATE = "-----BEGIN CERTIFICATE-----"
+
+CERT_MANAGER = "cert-manager.io/v1"
+GATEWAY_API = "gateway.networking.k8s.io/v1"
+ENVOY_GATEWAY = "gateway.envoyproxy.io/v1alpha1"
+
+CERTIFICATE_READY = (
+    "has(object.status) && has(object.status.conditions) && "
+    "object.status.conditions.exists(c, c.type == 'Ready' && c.status == 'True')"
+)
+GATEWAY_HAS_ADDRESS = (
+    "has(object.status) && has(object.status.addresses) && size(object.status.addresses) > 0"
+)
+POLICY_ACCEPTED = (
+    "has(object.status) && has(object.status.ancestors) && object.status.ancestors.exists(a, "
+    "has(a.conditions) && a.conditions.exists(c, c.type == 'Accepted' && c.status == 'True'))"
+)
+BUNDLE_SYNCED = (
+    "has(object.status) && has(object.status.conditions) && "
+    "object.status.conditions.exists(c, c.type == 'Synced' && c.status == 'True')"
+)
+
+
+def hostname(xr: str) -> str:
+    """The cluster's stable internal name: TLS SNI and the serving certificate's SAN.
+
+    InferenceGateways resolve it to status.gateway.address themselves, so nobody publishes DNS.
+    """
+    return f"{names.cloud_name('gateway', xr)}.{NAMESPACE}.svc.cluster.local"
+
+
+def is_public_certificate(text: object) -> bool:
+    """A PEM certificate (bundle) of a sane size that carries no private key."""
+    return (
+        isinstance(text, str)
+        and PEM_CERTIFICATE in text
+        and "PRIVATE KEY" not in text
+        and len(text.encode()) <= MAX_CA_BYTES
+    )
+
+
+@dataclass(frozen=True)
+class ClientCA:
+    name: str
+    certificate: str
+
+
+def client_cas(gateways: list[dict]) -> tuple[ClientCA, ...]:
+    """Every InferenceGateway's published client CA, sorted by namespace/name."""
+    out = []
+    for g in gateways:
+        meta = g.get("metadata") or {}
+        ca = (g.get("status") or {}).get("clientCACertificate")
+        if is_public_certificate(ca):
+            name = "/".join(p for p in (meta.get("namespace"), meta.get("name")) if p)
+            out.append(ClientCA(name, ca))
+    return tuple(sorted(out, key=lambda c: c.name))
+
+
+# --- manifests -----------------------------------------------------------------------------------
+
+
+def selfsigned_issuer() -> dict:
+    return _issuer(SELF_SIGNED_ISSUER, {"selfSigned": {}})
+
+
+def ca_certificate(xr: str) -> dict:
+    """A long-lived ECDSA CA, rotated by cert-manager a year before it expires."""
+    return {
+        "apiVersion": CERT_MANAGER,
+        "kind": "Certificate",
+        "metadata": {"name": CA, "namespace": NAMESPACE},
+        "spec": {
+            "isCA": True,
+            "commonName": f"modelplane cluster CA {xr}"[:64],
+            "secretName": CA,
+            "duration": "87600h",
+            "renewBefore": "8760h",
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "issuerRef": {"name": SELF_SIGNED_ISSUER, "kind": "Issuer", "group": "cert-manager.io"},
+        },
+    }
+
+
+def ca_issuer() -> dict:
+    return _issuer(CA, {"ca": {"secretName": CA}})
+
+
+def serving_certificate(host: str) -> dict:
+    return {
+        "apiVersion": CERT_MANAGER,
+        "kind": "Certificate",
+        "metadata": {"name": SERVING_SECRET, "namespace": NAMESPACE},
+        "spec": {
+            "dnsNames": [host],
+            "secretName": SERVING_SECRET,
+            "duration": "2160h",
+            "renewBefore": "720h",
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "issuerRef": {"name": CA, "kind": "Issuer", "group": "cert-manager.io"},
+        },
+    }
+
+
+def ca_bundle() -> dict:
+    """trust-manager copies the CA's public certificate (only ca.crt) into a ConfigMap."""
+    return {
+        "apiVersion": "trust.cert-manager.io/v1alpha1",
+        "kind": "Bundle",
+        "metadata": {"name": CA},
+        "spec": {
+            "sources": [{"secret": {"name": CA, "key": CA_KEY}}],
+            "target": {
+                "configMap": {"key": CA_KEY},
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+            },
+        },
+    }
+
+
+def ca_configmap() -> dict:
+    """What the function observes (Observe-only): the Bundle's ConfigMap."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CA, "namespace": NAMESPACE},
+    }
+
+
+def client_ca_configmap(cas: tuple[ClientCA, ...]) -> dict:
+    bundle = "".join(
+        c.certificate if c.certificate.endswith("\n") else c.certificate + "\n" for c in cas
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CLIENT_CAS, "namespace": NAMESPACE},
+        "data": {CA_KEY: bundle},
+    }
+
+
+def envoy_proxy() -> dict:
+    """The data plane's Service keeps client traffic policy Cluster (Nebius rejects Local)."""
+    return {
+        "apiVersion": ENVOY_GATEWAY,
+        "kind": "EnvoyProxy",
+        "metadata": {"name": GATEWAY, "namespace": NAMESPACE},
+        "spec": {
+            "provider": {
+                "type": "Kubernetes",
+                "kubernetes": {"envoyService": {"externalTrafficPolicy": "Cluster"}},
+            }
+        },
+    }
+
+
+def gateway_class() -> dict:
+    return {
+        "apiVersion": GATEWAY_API,
+        "kind": "GatewayClass",
+        "metadata": {"name": GATEWAY_CLASS},
+        "spec": {
+            "controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
+            "parametersRef": {
+                "group": "gateway.envoyproxy.io",
+                "kind": "EnvoyProxy",
+                "name": GATEWAY,
+                "namespace": NAMESPACE,
+            },
+        },
+    }
+
+
+def gateway(host: str) -> dict:
+    """One HTTPS listener for the cluster's hostname, nothing in clear text: routes attach
+    without a section name, so a plain HTTP listener would expose every engine."""
+    return {
+        "apiVersion": GATEWAY_API,
+        "kind": "Gateway",
+        "metadata": {"name": GATEWAY, "namespace": NAMESPACE},
+        "spec": {
+            "gatewayClassName": GATEWAY_CLASS,
+            "listeners": [
+                {
+                    "name": "https",
+                    "protocol": "HTTPS",
+                    "port": 443,
+                    "hostname": host,
+                    "tls": {
+                        "mode": "Terminate",
+                        "certificateRefs": [{"kind": "Secret", "name": SERVING_SECRET}],
+                    },
+                    "allowedRoutes": {
+                        "namespaces": {
+                            "from": "Selector",
+                            "selector": {
+                                "matchExpressions": [
+                                    {"key": "modelplane.ai/namespace", "operator": "Exists"}
+                                ]
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def client_auth() -> dict:
+    """Only clients with a certificate from an InferenceGateway's CA get through."""
+    return {
+        "apiVersion": ENVOY_GATEWAY,
+        "kind": "ClientTrafficPolicy",
+        "metadata": {"name": f"{GATEWAY}-client-auth", "namespace": NAMESPACE},
+        "spec": {
+            "targetRefs": [
+                {
+                    "group": "gateway.networking.k8s.io",
+                    "kind": "Gateway",
+                    "name": GATEWAY,
+                    "sectionName": "https",
+                }
+            ],
+            "tls": {
+                "clientValidation": {
+                    "mode": "RequireAndVerify",
+                    "caCertificateRefs": [{"kind": "ConfigMap", "name": CLIENT_CAS}],
+                }
+            },
+        },
+    }
+
+
+def _issuer(name: str, spec: dict) -> dict:
+    return {
+        "apiVersion": CERT_MANAGER,
+        "kind": "Issuer",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    }

@@ -1,0 +1,107 @@
+"""The workload cluster as provider-kubernetes and provider-helm see it: what the controllers
+running there (cert-manager, trust-manager, Envoy Gateway, the API server) write into the status
+of each manifest an Object carries, and how provider-kubernetes derives the Object's Ready
+condition from its readiness policy (the CEL query is evaluated for real, with cel-python).
+
+Written from those projects' documented status fields, not from the function's output.
+"""
+
+import copy
+from pathlib import Path
+
+import celpy
+
+HERE = Path(__file__).parent
+# Public CA certificates made once for the simulation (their keys were never kept).
+CLUSTER_CA = (HERE / "cluster-ca.pem").read_text()
+FLEET_GATEWAY_CA = (HERE / "fleet-gateway-ca.pem").read_text()
+GATEWAY_ADDRESS = "203.0.113.10"
+
+_CEL = celpy.Environment()
+
+
+def _true(type_: str, reason: str = "Ready") -> dict:
+    return {"type": type_, "status": "True", "reason": reason}
+
+
+def _gateway(manifest: dict, address: str | None) -> dict:
+    status: dict = {"conditions": [_true("Accepted"), _true("Programmed")]}
+    if address:
+        status["addresses"] = [{"type": "IPAddress", "value": address}]
+    return status
+
+
+def _client_traffic_policy(manifest: dict, address: str | None) -> dict:
+    ancestor = {
+        "ancestorRef": manifest.get("spec", {}).get("targetRefs", [{}])[0],
+        "controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
+        "conditions": [_true("Accepted")],
+    }
+    return {"ancestors": [ancestor]}
+
+
+def _deployment(manifest: dict, address: str | None) -> dict:
+    replicas = manifest.get("spec", {}).get("replicas", 1)
+    return {
+        "replicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+        "conditions": [_true("Available", "MinimumReplicasAvailable")],
+    }
+
+
+# kind -> the status its controller on the workload cluster writes.
+STATUS = {
+    "CustomResourceDefinition": lambda m, a: {
+        "conditions": [_true("NamesAccepted"), _true("Established")]
+    },
+    "Certificate": lambda m, a: {"conditions": [_true("Ready")]},
+    "Issuer": lambda m, a: {"conditions": [_true("Ready")]},
+    "Bundle": lambda m, a: {"conditions": [_true("Synced")]},
+    "Gateway": _gateway,
+    "ClientTrafficPolicy": _client_traffic_policy,
+    "Deployment": _deployment,
+    "DaemonSet": lambda m, a: {"desiredNumberScheduled": 2, "numberReady": 2, "numberAvailable": 2},
+}
+
+
+def remote_status(manifest: dict, gateway_address: str | None) -> dict | None:
+    """The status the workload cluster's controllers give an object of this kind (None: none)."""
+    writer = STATUS.get(manifest.get("kind", ""))
+    return writer(manifest, gateway_address) if writer else None
+
+
+def remote_object(manifest: dict, observe_only: bool, gateway_address: str | None) -> dict:
+    """The object as it exists on the workload cluster."""
+    remote = copy.deepcopy(manifest)
+    remote.setdefault("metadata", {})["uid"] = "00000000-0000-0000-0000-000000000001"
+    if observe_only and manifest.get("kind") == "ConfigMap":
+        # The one ConfigMap the function observes: trust-manager's copy of the cluster CA.
+        remote["data"] = {"ca.crt": CLUSTER_CA}
+    status = remote_status(manifest, gateway_address)
+    if status is not None:
+        remote["status"] = status
+    return remote
+
+
+def object_ready(body: dict, remote: dict) -> bool:
+    """provider-kubernetes' readiness: created, or the CEL query over the remote object."""
+    readiness = body.get("spec", {}).get("readiness") or {}
+    if readiness.get("policy") != "DeriveFromCelQuery":
+        return True
+    program = _CEL.program(_CEL.compile(readiness["celQuery"]))
+    try:
+        return bool(program.evaluate({"object": celpy.json_to_cel(remote)}))
+    except celpy.CELEvalError:
+        return False
+
+
+def inference_gateway(name: str, namespace: str = "fleet", ca: str = FLEET_GATEWAY_CA) -> dict:
+    """A fleet InferenceGateway that has published its client CA."""
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceGateway",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterName": "fleet"},
+        "status": {"clientCACertificate": ca},
+    }

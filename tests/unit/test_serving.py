@@ -1,0 +1,238 @@
+"""The serving stack: the component table, its gating, the gateway's trust chain and status."""
+
+import copy
+
+import pytest
+
+from function.compose import compose_cluster
+from function.serving import GATEWAY_SCHEMA, GATEWAYS, gateway
+from function.serving.components import COMPONENTS, DYNAMO, STANDARD
+from tests.builders import all_classes, example, provider_configs
+from tests.sim.providers import World
+from tests.sim.workload import CLUSTER_CA, FLEET_GATEWAY_CA, inference_gateway
+from tests.unit import sim
+from tests.unit.sim import reported
+
+INSTALLED = {GATEWAY_SCHEMA: True}
+NOT_INSTALLED = {GATEWAY_SCHEMA: False}
+OTHER_CA = CLUSTER_CA  # any other public certificate
+
+
+def required(classes: list[dict], gateways: list[dict] | None) -> dict[str, list[dict]]:
+    out = all_classes(classes)
+    if gateways is not None:
+        out[GATEWAYS] = copy.deepcopy(gateways)
+    return out
+
+
+def existing(stack: str = "Standard") -> tuple[dict, list[dict]]:
+    xr, classes = example("existing")
+    xr["spec"]["stack"] = stack
+    return xr, classes
+
+
+def converged(gateways=None, schemas=INSTALLED, stack="Standard", world=None):
+    xr, classes = existing(stack)
+    gateways = [inference_gateway("fleet-a")] if gateways is None else gateways
+    out = sim.converge(xr, required(classes, gateways), world, schemas)
+    return xr, classes, out
+
+
+def condition(out, type_):
+    return next(c for c in out.conditions if c.type == type_)
+
+
+# --- the table ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", [STANDARD, DYNAMO])
+def test_every_dependency_exists_in_the_same_stack_and_comes_first(stack):
+    seen: set[str] = set()
+    for component in COMPONENTS:
+        if stack not in component.stacks:
+            continue
+        missing = [d for d in component.after if d not in seen]
+        assert not missing, f"{component.key} comes after {missing}, defined later or elsewhere"
+        seen.add(component.key)
+
+
+def test_component_keys_are_unique():
+    keys = [c.resource_key for c in COMPONENTS]
+    assert len(keys) == len(set(keys))
+
+
+# --- gating ---------------------------------------------------------------------------------------
+
+
+def test_nothing_goes_on_the_cluster_before_its_provider_configs_are_observed():
+    xr, classes = existing()
+    out = compose_cluster(xr, required(classes, []), sim.Observed(), INSTALLED)
+    assert sorted(out.resources) == ["provider-config-helm", "provider-config-kubernetes"]
+    backend = condition(out, "BackendReady")
+    assert (backend.status, backend.reason) == (False, "WaitingForCluster")
+    assert out.ready is False
+
+
+def test_a_component_waits_for_what_it_needs_and_is_then_never_dropped():
+    xr, classes = existing()
+    req = required(classes, [inference_gateway("fleet-a")])
+    first = compose_cluster(xr, req, sim.Observed(), INSTALLED)
+    second = compose_cluster(xr, req, reported(first), INSTALLED)
+    assert "release-cert-manager" in second.resources
+    assert "gateway-selfsigned-issuer" not in second.resources  # cert-manager not Ready yet
+    message = condition(second, "BackendReady").message
+    assert "gateway-ca-certificate (gateway-selfsigned-issuer)" in message
+    _, _, out = converged()
+    # cert-manager loses Ready: what came after it stays, unchanged.
+    lost = compose_cluster(xr, req, reported(out, drop_status=("release-cert-manager",)), INSTALLED)
+    assert set(lost.resources) == set(out.resources)
+    for key, desired in out.resources.items():
+        assert lost.resources[key].body == desired.body, key
+
+
+def test_converged_stack_publishes_the_gateway():
+    xr, _, out = converged()
+    assert out.ready is None  # Crossplane derives it: every composed resource is Ready
+    backend = condition(out, "BackendReady")
+    assert (backend.status, backend.reason) == (True, "Available")
+    assert out.status["gateway"] == {
+        "address": "203.0.113.10",
+        "caCertificate": CLUSTER_CA,
+        "hostname": gateway.hostname(xr["metadata"]["name"]),
+    }
+    host = out.status["gateway"]["hostname"]
+    assert host.endswith(".modelplane-system.svc.cluster.local") and len(host.split(".")[0]) <= 63
+    listener = out.resources["gateway"].body["spec"]["forProvider"]["manifest"]["spec"]["listeners"]
+    assert [(x["protocol"], x["port"], x["hostname"]) for x in listener] == [("HTTPS", 443, host)]
+    cert = out.resources["gateway-serving-certificate"].body["spec"]["forProvider"]["manifest"]
+    assert cert["spec"]["dnsNames"] == [host]
+
+
+def test_without_inference_gateways_the_gateway_stays_closed_and_the_hostname_withheld():
+    for schemas, gateways in ((NOT_INSTALLED, []), (INSTALLED, [])):
+        _, _, out = converged(gateways=gateways, schemas=schemas)
+        assert "gateway" not in out.resources
+        assert "gateway-client-auth" not in out.resources
+        assert "hostname" not in out.status.get("gateway", {})
+        assert out.status["gateway"]["caCertificate"] == CLUSTER_CA
+        backend = condition(out, "BackendReady")
+        assert (backend.status, backend.reason) == (False, "WaitingForClients")
+        # The installed stack is the whole stack: the XR is Ready, closed to clients.
+        assert out.ready is None
+
+
+def test_the_gateways_are_asked_for_only_once_their_kind_is_known_installed():
+    xr, classes = existing()
+    unknown = compose_cluster(xr, all_classes(classes), sim.Observed(), {})
+    assert "inference-gateways" not in unknown.requirements
+    assert unknown.schemas[GATEWAY_SCHEMA].kind == "InferenceGateway"
+    absent = compose_cluster(xr, all_classes(classes), sim.Observed(), NOT_INSTALLED)
+    assert "inference-gateways" not in absent.requirements
+    present = compose_cluster(xr, all_classes(classes), sim.Observed(), INSTALLED)
+    want = present.requirements["inference-gateways"]
+    assert (want.api_version, want.kind, want.name) == (
+        "modelplane.ai/v1alpha1",
+        "InferenceGateway",
+        None,
+    )
+
+
+def test_client_cas_are_sorted_by_name_and_changes_reach_only_their_configmap():
+    gateways = [
+        inference_gateway("zeta", ca=OTHER_CA),
+        inference_gateway("alpha", ca=FLEET_GATEWAY_CA),
+    ]
+    xr, classes, out = converged(gateways=gateways)
+    data = out.resources["gateway-client-cas"].body["spec"]["forProvider"]["manifest"]["data"]
+    assert data["ca.crt"] == FLEET_GATEWAY_CA + OTHER_CA
+    # zeta's CA goes away: the client CA ConfigMap changes, nothing else does.
+    after = compose_cluster(xr, required(classes, gateways[1:]), reported(out), INSTALLED)
+    changed = {k for k in out.resources if after.resources[k].body != out.resources[k].body}
+    assert changed == {"gateway-client-cas"}
+    data = after.resources["gateway-client-cas"].body["spec"]["forProvider"]["manifest"]["data"]
+    assert data["ca.crt"] == FLEET_GATEWAY_CA
+
+
+def test_a_new_cluster_ca_reaches_the_status():
+    xr, classes, out = converged()
+    observed = reported(out)
+    ca_map = observed.resources["gateway-ca-configmap"].body
+    ca_map["status"]["atProvider"]["manifest"]["data"]["ca.crt"] = OTHER_CA.replace(
+        "CERTIFICATE-----\n", "CERTIFICATE-----\nMIIB\n", 1
+    )
+    after = compose_cluster(
+        xr, required(classes, [inference_gateway("fleet-a")]), observed, INSTALLED
+    )
+    assert after.status["gateway"]["caCertificate"].startswith(
+        "-----BEGIN CERTIFICATE-----\nMIIB\n"
+    )
+
+
+def test_no_secret_is_observed_and_no_private_key_reaches_the_status():
+    xr, classes, out = converged()
+    for desired in out.resources.values():
+        manifest = desired.body["spec"].get("forProvider", {}).get("manifest", {})
+        assert manifest.get("kind") != "Secret"
+    # A ConfigMap that (wrongly) carries a key is never published.
+    observed = reported(out)
+    cm = observed.resources["gateway-ca-configmap"].body["status"]["atProvider"]["manifest"]
+    cm["data"]["ca.crt"] = (
+        CLUSTER_CA + "-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n"
+    )
+    fresh = sim.Observed(resources=observed.resources, status={})
+    after = compose_cluster(xr, required(classes, [inference_gateway("fleet-a")]), fresh, INSTALLED)
+    assert "caCertificate" not in after.status.get("gateway", {})
+    assert "PRIVATE KEY" not in str(after.status)
+
+
+@pytest.mark.parametrize("lost", ["gateway-ca-configmap", "gateway"])
+def test_a_vanished_observation_removes_nothing_and_keeps_the_published_status(lost):
+    xr, classes, out = converged()
+    after = compose_cluster(
+        xr,
+        required(classes, [inference_gateway("fleet-a")]),
+        reported(out, drop_status=(lost,)),
+        INSTALLED,
+    )
+    assert set(after.resources) == set(out.resources)
+    assert after.status["gateway"] == out.status["gateway"]
+
+
+def test_stacks_differ_only_in_their_own_components():
+    _, _, standard = converged(stack="Standard")
+    _, _, dynamo = converged(stack="Dynamo")
+    assert "release-leader-worker-set" in standard.resources
+    assert "release-leader-worker-set" not in dynamo.resources
+    dynamo_only = set(dynamo.resources) - set(standard.resources)
+    assert dynamo_only == {
+        "release-grove",
+        "release-kai-scheduler",
+        "kai-queue-root",
+        "kai-queue",
+        "modelexpress-crd-modelmetadatas",
+        "modelexpress-crd-modelcacheentries",
+        "modelexpress-server-serviceaccount",
+        "modelexpress-server-role",
+        "modelexpress-server-rolebinding",
+        "modelexpress-server-service",
+        "modelexpress-server",
+    }
+    queue = dynamo.resources["kai-queue"].body["spec"]["forProvider"]["manifest"]
+    assert queue["spec"]["parentQueue"] == "modelplane-root"
+
+
+def test_the_dra_driver_gets_the_driver_root_of_its_cloud():
+    out = sim.converge(*_gke())
+    values = out.resources["release-nvidia-dra-driver"].body["spec"]["forProvider"]["values"]
+    assert values["nvidiaDriverRoot"] == "/home/kubernetes/bin/nvidia"
+    assert values["resources"] == {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}}
+    _, _, out = converged()
+    values = out.resources["release-nvidia-dra-driver"].body["spec"]["forProvider"]["values"]
+    assert "nvidiaDriverRoot" not in values
+
+
+def _gke():
+    xr, classes = example("gke")
+    req = all_classes(classes)
+    req["cloud-provider-config"] = provider_configs("gke")
+    return xr, req, World(), NOT_INSTALLED
