@@ -5,7 +5,7 @@ for a moment (a class deleted, a requirement not answered yet, a source not buil
 already observed is returned again as it is, so only a change of spec can remove a resource.
 """
 
-from function import clusters, serving, status
+from function import clusters, serving, status, usages
 from function.clusters.base import as_desired
 from function.inputs import (
     Classes,
@@ -52,6 +52,10 @@ def compose_cluster(
     cluster = clusters.render(inputs)
     stack = serving.render(inputs, cluster)
     resources = {**cluster.resources, **stack.resources}
+    ordering, guard_requirements = usages.compose(
+        inputs, cluster.anchors, cluster.outlives, serving.components(xr.spec.stack), resources
+    )
+    resources |= ordering
     complete = cluster.complete and inputs.classes.complete
     if not complete:
         resources = {**carry_forward(observed, resources), **resources}
@@ -72,8 +76,9 @@ def compose_cluster(
             **class_requirements(xr, required),
             **cluster.requirements,
             **stack.requirements,
+            **guard_requirements,
         },
-        schemas=stack.schemas,
+        schemas={**stack.schemas, **usages.consumer_schemas()},
         ready=None if complete and cluster.ready and installed else False,
     )
 

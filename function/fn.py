@@ -155,5 +155,11 @@ def encode(out: Output, rsp: fnv1.RunFunctionResponse) -> None:
         response.require_schema(rsp, key, want.api_version, want.kind)
     for key, want in sorted(out.requirements.items()):
         response.require_resources(
-            rsp, key, want.api_version, want.kind, match_name=want.name, namespace=want.namespace
+            rsp,
+            key,
+            want.api_version,
+            want.kind,
+            match_name=want.name,
+            match_labels=want.labels,
+            namespace=want.namespace,
         )

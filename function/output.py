@@ -37,6 +37,8 @@ class Requirement:
     kind: str
     name: str | None = None
     namespace: str | None = None
+    # Every one of the kind carrying these labels (in any namespace), instead of one by name.
+    labels: dict[str, str] | None = None
 
 
 @dataclass

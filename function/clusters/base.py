@@ -83,6 +83,10 @@ class Cloud:
     invalid_pools: dict[str, str] = field(default_factory=dict)
     waiting_pools: list[str] = field(default_factory=list)
     requirements: dict[str, Requirement] = field(default_factory=dict)
+    # The resource whose kubeconfig the stack installs through: it outlives the stack.
+    anchors: tuple[str, ...] = ("cluster",)
+    # (of, by): within the cluster, of outlives by.
+    outlives: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def xr(self) -> str:
@@ -297,6 +301,8 @@ class Cloud:
             storage_class=storage_class,
             complete=complete,
             requirements=self.requirements,
+            anchors=self.anchors,
+            outlives=tuple(self.outlives),
         )
 
     def wait_list(self) -> dict[str, str | None]:

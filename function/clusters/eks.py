@@ -73,6 +73,9 @@ class EKSCluster:
 
     def render(self) -> ClusterFacts:
         c = self.cloud
+        # The stack reaches the cluster through ClusterAuth's kubeconfig, which needs the cluster.
+        c.anchors = ("cluster-auth",)
+        c.outlives.append(("cluster", "cluster-auth"))
         pools = c.pools("EKS", "eks")
         self.zones = aws_network.render(c, self.region, self.cluster_name, self.tags)
         self.iam()

@@ -19,5 +19,9 @@ class ClusterFacts:
     complete: bool = True
     # Where the NVIDIA driver lives on the nodes (the DRA driver's nvidiaDriverRoot).
     nvidia_driver_root: str = "/"
+    # Resources the serving stack needs alive until it is uninstalled: the kubeconfig's writer.
+    anchors: tuple[str, ...] = ()
+    # (of, by) resource keys: within the cluster, of outlives by.
+    outlives: tuple[tuple[str, str], ...] = ()
     # Resources the renderer asks Crossplane for (a cloud ProviderConfig, say).
     requirements: dict[str, Requirement] = field(default_factory=dict)

@@ -61,11 +61,11 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         client_cas=cas,
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
-    components = [c for c in COMPONENTS if ctx.stack in c.stacks]
-    keys = {c.key: c.resource_key for c in components}
+    table = components(ctx.stack)
+    keys = {c.key: c.resource_key for c in table}
     pending: dict[str, str | None] = {}
     withheld: list[str] = []
-    for component in components:
+    for component in table:
         key = component.resource_key
         seen = observed.get(key)
         built = component.build(ctx)
@@ -94,7 +94,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         return facts
     if waiting:
         facts.reason = "Installing"
-        facts.message = describe_waiting(waiting, len(components), "components")
+        facts.message = describe_waiting(waiting, len(table), "components")
     elif withheld:
         facts.reason = "WaitingForClients"
         facts.message = (
@@ -105,6 +105,11 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         facts.ready, facts.reason = True, "Available"
         facts.message = f"the {ctx.stack} stack is installed and the gateway is open to clients"
     return facts
+
+
+def components(stack: str) -> list[Component]:
+    """The components of a stack, in table order."""
+    return [c for c in COMPONENTS if stack in c.stacks]
 
 
 def client_cas(inputs: Inputs, facts: StackFacts) -> tuple[gateway.ClientCA, ...] | None:

@@ -1,0 +1,172 @@
+"""Deletion order and the deletion guard, as Crossplane v2 Usages.
+
+- Within the stack, whatever a component comes `after` outlives it: the Gateway goes before its
+  GatewayClass before the Envoy Gateway release, Certificates and Issuers before cert-manager,
+  Queues before the KAI Scheduler.
+- The cluster outlives the stack: its kubeconfig's writer is used by every stack component that
+  comes after nothing, and through the chain above by every other one, so the stack uninstalls
+  (and its load balancer goes) while the API server is still there.
+- While ModelReplicas, ModelRoutes or ModelCaches labelled modelplane.ai/cluster=<name> exist,
+  a ClusterUsage keeps the InferenceCluster itself from being deleted, naming what still runs.
+
+Every Usage names resources this same reconcile composes; replayDeletion resumes a blocked
+deletion as soon as its user is gone.
+"""
+
+from dataclasses import dataclass
+
+from function import names
+from function.clusters.base import as_desired
+from function.inputs import Inputs
+from function.output import Desired, Requirement
+from function.serving.components import Component
+
+USAGE_API = "protection.crossplane.io/v1beta1"
+CLUSTER_LABEL = f"{names.GROUP}/cluster"
+# Kinds that run on a cluster, by the requirement that asks for them.
+CONSUMERS = {
+    "model-replicas": "ModelReplica",
+    "model-routes": "ModelRoute",
+    "model-caches": "ModelCache",
+}
+GUARD = "deletion-guard"
+_REASON_NAMES = 5
+
+
+@dataclass(frozen=True)
+class Edge:
+    """of outlives by (resource keys)."""
+
+    of: str
+    by: str
+
+
+def edges(
+    components: list[Component], desired: dict[str, Desired], anchors: tuple[str, ...]
+) -> list[Edge]:
+    """The deletion order between composed resources, as of/by pairs of resource keys."""
+    keys = {c.key: c.resource_key for c in components}
+    out = []
+    for c in components:
+        if c.resource_key not in desired:
+            continue
+        ofs = [keys[d] for d in c.after] if c.after else list(anchors)
+        out += [Edge(of, c.resource_key) for of in ofs if of in desired]
+    return out
+
+
+def render(edges_: list[Edge], desired: dict[str, Desired], xr: str) -> dict[str, Desired]:
+    return {f"usage-{e.of}-by-{e.by}": Desired(usage(xr, e, desired), ready=True) for e in edges_}
+
+
+def usage(xr: str, edge: Edge, desired: dict[str, Desired]) -> dict:
+    of, by = desired[edge.of].body, desired[edge.by].body
+    return {
+        "apiVersion": USAGE_API,
+        "kind": "Usage",
+        "metadata": {
+            "name": names.cloud_name(xr, "usage", edge.of, edge.by),
+            "namespace": names.SYSTEM_NAMESPACE,
+        },
+        "spec": {
+            "of": _ref(of),
+            "by": _ref(by),
+            "replayDeletion": True,
+        },
+    }
+
+
+def _ref(body: dict) -> dict:
+    return {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "resourceRef": {"name": body["metadata"]["name"]},
+    }
+
+
+# --- the deletion guard ---------------------------------------------------------------------------
+
+
+def consumer_schemas() -> dict[str, Requirement]:
+    """Whether each consumer kind is installed (unknown kinds cannot be listed)."""
+    return {f"{key}-kind": Requirement(names.API_VERSION, kind) for key, kind in CONSUMERS.items()}
+
+
+def consumers(inputs: Inputs, requirements: dict[str, Requirement]) -> dict[str, list[str]] | None:
+    """kind -> namespace/name of what runs on this cluster; None until every answer is in."""
+    found: dict[str, list[str]] = {}
+    complete = True
+    for key, kind in CONSUMERS.items():
+        installed = inputs.schemas.get(f"{key}-kind")
+        if installed is None:
+            complete = False
+            continue
+        if not installed:
+            continue
+        requirements[key] = Requirement(
+            names.API_VERSION, kind, labels={CLUSTER_LABEL: inputs.xr.name}
+        )
+        if key not in inputs.required:
+            complete = False
+            continue
+        found[kind] = sorted(
+            "/".join(
+                p
+                for p in (i.get("metadata", {}).get("namespace"), i.get("metadata", {}).get("name"))
+                if p
+            )
+            for i in inputs.required[key]
+        )
+    return found if complete else None
+
+
+def guard(xr: str, running: dict[str, list[str]]) -> dict | None:
+    """A reason-only ClusterUsage on the InferenceCluster while anything runs on it."""
+    if not any(running.values()):
+        return None
+    parts = []
+    for kind, items in sorted(running.items()):
+        if not items:
+            continue
+        shown = ", ".join(items[:_REASON_NAMES])
+        more = f" and {len(items) - _REASON_NAMES} more" if len(items) > _REASON_NAMES else ""
+        parts.append(f"{len(items)} {kind}{'s' if len(items) > 1 else ''} ({shown}{more})")
+    return {
+        "apiVersion": USAGE_API,
+        "kind": "ClusterUsage",
+        "metadata": {"name": names.cloud_name(xr, "in-use")},
+        "spec": {
+            "of": {
+                "apiVersion": names.API_VERSION,
+                "kind": names.INFERENCE_CLUSTER,
+                "resourceRef": {"name": xr},
+            },
+            "reason": "; ".join(parts) + " still run on this InferenceCluster; delete them first",
+            "replayDeletion": True,
+        },
+    }
+
+
+def compose(
+    inputs: Inputs,
+    anchors: tuple[str, ...],
+    outlives: tuple[tuple[str, str], ...],
+    components: list[Component],
+    desired: dict[str, Desired],
+) -> tuple[dict[str, Desired], dict[str, Requirement]]:
+    """Every Usage of this reconcile, and what the guard asks Crossplane for."""
+    requirements: dict[str, Requirement] = {}
+    order = edges(components, desired, anchors)
+    order += [Edge(of, by) for of, by in outlives if of in desired and by in desired]
+    out = render(order, desired, inputs.xr.name)
+    running = consumers(inputs, requirements)
+    if running is None:
+        # Not every answer is in: keep the guard as it is, whatever it is.
+        seen = inputs.observed.resources.get(GUARD)
+        if seen is not None:
+            out[GUARD] = Desired(as_desired(seen.body), ready=True)
+    else:
+        body = guard(inputs.xr.name, running)
+        if body is not None:
+            out[GUARD] = Desired(body, ready=True)
+    return out, requirements

@@ -1,0 +1,190 @@
+"""Deletion order (Usages between composed resources) and the deletion guard (a ClusterUsage)."""
+
+import copy
+
+import pytest
+
+from function.compose import compose_cluster
+from function.serving import GATEWAY_SCHEMA, GATEWAYS
+from function.usages import GUARD
+from tests.builders import all_classes, example, provider_configs
+from tests.sim.providers import World
+from tests.sim.workload import inference_gateway
+from tests.unit import sim
+
+CONSUMER_KINDS = {"model-replicas-kind": True, "model-routes-kind": True, "model-caches-kind": True}
+ALL_INSTALLED = {GATEWAY_SCHEMA: True, **CONSUMER_KINDS}
+CAPACITY = World(
+    capacity_reservations={
+        "cr-0123456789abcdef0": {
+            "availabilityZone": "us-east-2b",
+            "instanceType": "p5en.48xlarge",
+            "instanceCount": 2,
+        }
+    }
+)
+
+
+def required(name: str, consumers: dict[str, list[dict]] | None = None) -> dict:
+    _, classes = example(name)
+    out = all_classes(classes)
+    out["cloud-provider-config"] = provider_configs(name)
+    out[GATEWAYS] = [inference_gateway("fleet-a")]
+    for key in ("model-replicas", "model-routes", "model-caches"):
+        out[key] = copy.deepcopy((consumers or {}).get(key, []))
+    return out
+
+
+def converged(name: str, consumers=None, world=None):
+    xr, _ = example(name)
+    return xr, sim.converge(xr, required(name, consumers), world, ALL_INSTALLED)
+
+
+def usages(out) -> dict[str, dict]:
+    return {k: d.body for k, d in out.resources.items() if d.body["kind"] == "Usage"}
+
+
+def names_of(out) -> dict[tuple[str, str, str], str]:
+    """(apiVersion, kind, name) -> composition key of every composed resource."""
+    return {
+        (d.body["apiVersion"], d.body["kind"], d.body["metadata"]["name"]): k
+        for k, d in out.resources.items()
+    }
+
+
+def order(out) -> set[tuple[str, str]]:
+    """(of, by) composition keys of every Usage."""
+    by_name = names_of(out)
+    pairs = set()
+    for body in usages(out).values():
+        of, by = body["spec"]["of"], body["spec"]["by"]
+        pairs.add(
+            (
+                by_name[(of["apiVersion"], of["kind"], of["resourceRef"]["name"])],
+                by_name[(by["apiVersion"], by["kind"], by["resourceRef"]["name"])],
+            )
+        )
+    return pairs
+
+
+@pytest.mark.parametrize(
+    ("name", "world"), [("existing", None), ("existing-dynamo", None), ("eks", CAPACITY)]
+)
+def test_every_usage_names_resources_of_the_same_reconcile_and_there_are_no_cycles(name, world):
+    _, out = converged(name, world=world)
+    pairs = order(out)  # raises KeyError if a Usage names something not composed
+    assert pairs
+    for body in usages(out).values():
+        assert body["spec"]["replayDeletion"] is True
+        assert body["metadata"]["namespace"] == "modelplane-system"
+    # No cycles: repeatedly peel off resources nothing outlives.
+    remaining = set(pairs)
+    while remaining:
+        users = {by for _, by in remaining}
+        leaves = users - {of for of, _ in remaining}
+        assert leaves, f"cycle among {sorted(remaining)}"
+        remaining = {(of, by) for of, by in remaining if by not in leaves}
+
+
+def outlives(pairs: set[tuple[str, str]], of: str, by: str) -> bool:
+    """of outlives by, directly or through a chain."""
+    frontier, seen = {by}, set()
+    while frontier:
+        current = frontier.pop()
+        seen.add(current)
+        parents = {o for o, b in pairs if b == current}
+        if of in parents:
+            return True
+        frontier |= parents - seen
+    return False
+
+
+@pytest.mark.parametrize(
+    ("of", "by"),
+    [
+        ("gateway-class", "gateway"),
+        ("release-envoy-gateway", "gateway-class"),
+        ("release-cert-manager", "gateway-serving-certificate"),
+        ("release-cert-manager", "gateway-ca-issuer"),
+        ("release-cert-manager", "gateway-selfsigned-issuer"),
+        ("release-kai-scheduler", "kai-queue"),
+        ("release-kai-scheduler", "kai-queue-root"),
+        ("modelexpress-crd-modelmetadatas", "modelexpress-server"),
+        ("modelexpress-crd-modelcacheentries", "modelexpress-server"),
+        ("release-trust-manager", "gateway-ca-bundle"),
+    ],
+)
+def test_the_deletion_order_holds(of, by):
+    _, out = converged("existing-dynamo")
+    assert outlives(order(out), of, by), f"{of} does not outlive {by}"
+
+
+def test_the_cluster_and_its_kubeconfig_outlive_every_stack_component():
+    _, out = converged("eks", world=CAPACITY)
+    pairs = order(out)
+    stack = [
+        k
+        for k, d in out.resources.items()
+        if d.body["kind"] in ("Release", "Object")
+        and d.body["spec"].get("managementPolicies") is None
+    ]
+    assert stack
+    for key in stack:
+        assert outlives(pairs, "cluster-auth", key), key
+        assert outlives(pairs, "cluster", key), key
+    # What a cloud installs with its cluster dies with it (orphaned), in no order.
+    assert not any(by == "release-cluster-autoscaler" for _, by in pairs)
+
+
+def replica(name: str, namespace: str = "team-a") -> dict:
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelReplica",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"modelplane.ai/cluster": "byo-us-east"},
+        },
+        "spec": {},
+    }
+
+
+def test_the_guard_comes_with_the_first_consumer_and_goes_with_the_last():
+    xr, out = converged("existing")
+    assert GUARD not in out.resources
+    want = out.requirements["model-replicas"]
+    assert (want.kind, want.labels) == ("ModelReplica", {"modelplane.ai/cluster": "byo-us-east"})
+    running = {"model-replicas": [replica("llama"), replica("qwen", "team-b")]}
+    guarded = compose_cluster(xr, required("existing", running), sim.reported(out), ALL_INSTALLED)
+    guard = guarded.resources[GUARD].body
+    assert guard["kind"] == "ClusterUsage"
+    assert guard["spec"]["of"] == {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceCluster",
+        "resourceRef": {"name": "byo-us-east"},
+    }
+    assert guard["spec"]["reason"] == (
+        "2 ModelReplicas (team-a/llama, team-b/qwen) still run on this InferenceCluster; "
+        "delete them first"
+    )
+    # Answers not in yet: the guard stays as it is.
+    pending = required("existing", running)
+    del pending["model-replicas"]
+    kept = compose_cluster(xr, pending, sim.reported(guarded), ALL_INSTALLED)
+    assert kept.resources[GUARD].body["spec"] == guard["spec"]
+    # The last one goes: so does the guard.
+    gone = compose_cluster(xr, required("existing"), sim.reported(guarded), ALL_INSTALLED)
+    assert GUARD not in gone.resources
+
+
+def test_consumer_kinds_not_installed_are_never_listed():
+    xr, classes = example("existing")
+    schemas = {
+        GATEWAY_SCHEMA: False,
+        "model-replicas-kind": False,
+        "model-routes-kind": False,
+        "model-caches-kind": False,
+    }
+    out = compose_cluster(xr, all_classes(classes), sim.Observed(), schemas)
+    assert not {"model-replicas", "model-routes", "model-caches"} & set(out.requirements)
+    assert set(out.schemas) >= {"model-replicas-kind", "model-routes-kind", "model-caches-kind"}
