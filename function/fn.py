@@ -3,12 +3,15 @@
 All composition logic lives in compose.py and the renderers; this module only touches protobuf.
 """
 
+import json
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 
 import grpc
 from crossplane.function import logging, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from google.protobuf.struct_pb2 import ListValue, Struct, Value
 
 from function import names
 from function.compose import compose_class, compose_cluster
@@ -93,6 +96,88 @@ def _struct_name(s) -> str | None:
     return name.string_value if name is not None else None
 
 
+class StructResource(ObservedResource):
+    """An observed resource read straight from its protobuf Struct: a renderer reads a handful of
+    fields (a condition, an id); the whole body is converted only when it is kept as is."""
+
+    def __init__(self, struct, connection_keys: frozenset[str]) -> None:
+        super().__init__({}, connection_keys)
+        self._struct = struct
+        self._converted: dict | None = None
+        self._conditions: list | None = None
+        self._ready: bool | None = None
+
+    @property
+    def body(self) -> dict:
+        if self._converted is None:
+            self._converted = resource.struct_to_dict(self._struct)
+        return self._converted
+
+    def get(self, *path: str | int):
+        node = self._struct  # a Struct, a ListValue, or a Value on the way down
+        for step in path:
+            if isinstance(step, int):
+                values = node.values if isinstance(node, ListValue) else None
+                if values is None or not -len(values) <= step < len(values):
+                    return None
+                node = _unwrap(values[step])
+            else:
+                if not isinstance(node, Struct) or step not in node.fields:
+                    return None
+                node = _unwrap(node.fields[step])
+        return _python(node)
+
+    @property
+    def ready(self) -> bool:
+        if self._ready is None:
+            self._ready = super().ready
+        return self._ready
+
+    def condition(self, type_: str) -> dict | None:
+        """A status condition's scalar fields, read without converting the status."""
+        if self._conditions is None:
+            self._conditions = []
+            status = self._struct.fields.get("status")
+            conditions = _field(status, "conditions")
+            if conditions is not None and conditions.WhichOneof("kind") == "list_value":
+                self._conditions = [
+                    {
+                        k: f.string_value
+                        for k, f in c.struct_value.fields.items()
+                        if f.WhichOneof("kind") == "string_value"
+                    }
+                    for c in conditions.list_value.values
+                    if c.WhichOneof("kind") == "struct_value"
+                ]
+        return next((c for c in self._conditions if c.get("type") == type_), None)
+
+
+def _field(value: Value | None, name: str) -> Value | None:
+    """value[name] when value holds a Struct with that field."""
+    if value is None or value.WhichOneof("kind") != "struct_value":
+        return None
+    return value.struct_value.fields.get(name)
+
+
+def _unwrap(value: Value):
+    """A Value as the Struct or ListValue it holds, else as itself (a scalar Value)."""
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return value.struct_value
+    if kind == "list_value":
+        return value.list_value
+    return value
+
+
+def _python(node):
+    if isinstance(node, Struct):
+        return resource.struct_to_dict(node)
+    if isinstance(node, ListValue):
+        return [_python(_unwrap(v)) for v in node.values]
+    kind = node.WhichOneof("kind")
+    return None if kind in (None, "null_value") else getattr(node, kind)
+
+
 class ObservedResources(Mapping[str, ObservedResource]):
     """Observed composed resources, converted from protobuf only when a renderer reads one."""
 
@@ -105,9 +190,8 @@ class ObservedResources(Mapping[str, ObservedResource]):
             if key not in self._resources:
                 raise KeyError(key)
             observed = self._resources[key]
-            self._cache[key] = ObservedResource(
-                resource.struct_to_dict(observed.resource),
-                frozenset(observed.connection_details.keys()),
+            self._cache[key] = StructResource(
+                observed.resource, frozenset(observed.connection_details.keys())
             )
         return self._cache[key]
 
@@ -127,10 +211,40 @@ def observed(req: fnv1.RunFunctionRequest, composite: dict) -> Observed:
     )
 
 
+class EncodedBodies:
+    """Desired bodies already encoded as protobuf Structs, by their JSON text.
+
+    Encoding a dict into a Struct runs in Python, field by field, and is the costliest step of a
+    reconcile; a steady cluster returns the same bodies every time. The JSON text is the key, so a
+    body that changes in any way is encoded afresh: the bytes are the same either way.
+    """
+
+    def __init__(self, capacity: int = 2048) -> None:
+        self.capacity = capacity
+        self._encoded: OrderedDict[str, bytes] = OrderedDict()
+
+    def merge_into(self, target: Struct, body: dict) -> None:
+        text = json.dumps(body, separators=(",", ":"), check_circular=False)
+        data = self._encoded.get(text)
+        if data is None:
+            fresh = Struct()
+            fresh.update(body)
+            data = fresh.SerializeToString(deterministic=True)
+            self._encoded[text] = data
+            if len(self._encoded) > self.capacity:
+                self._encoded.popitem(last=False)
+        else:
+            self._encoded.move_to_end(text)
+        target.MergeFromString(data)
+
+
+BODIES = EncodedBodies()
+
+
 def encode(out: Output, rsp: fnv1.RunFunctionResponse) -> None:
     for key, desired in out.resources.items():
         target = rsp.desired.resources[key]
-        resource.update(target, desired.body)
+        BODIES.merge_into(target.resource, desired.body)
         if desired.ready:
             target.ready = fnv1.READY_TRUE
     if out.status:

@@ -14,15 +14,25 @@ from function.models import InferenceClass, InferenceCluster
 from function.output import BadInput, Requirement
 
 
-@dataclass(frozen=True)
 class ObservedResource:
-    body: dict
-    # Names of the connection details Crossplane read from the resource's Secret; never values.
-    connection_keys: frozenset[str] = frozenset()
+    """One observed composed resource: read where it is needed, not converted as a whole.
+
+    This one wraps a dict (tests build them); fn.py's StructResource reads the protobuf Struct
+    Crossplane sent, field by field, and converts the whole body only when one is kept as is.
+    """
+
+    def __init__(self, body: dict, connection_keys: frozenset[str] = frozenset()) -> None:
+        self._body = body
+        # Names of the connection details Crossplane read from the resource's Secret; never values.
+        self.connection_keys = connection_keys
+
+    @property
+    def body(self) -> dict:
+        return self._body
 
     def get(self, *path: str | int) -> Any:
         """The value at path in the observed body, or None when any step is missing."""
-        node: Any = self.body
+        node: Any = self._body
         for step in path:
             if isinstance(step, int):
                 if not isinstance(node, list) or not -len(node) <= step < len(node):

@@ -1,5 +1,6 @@
 """Names, namespaces and API versions shared by every renderer."""
 
+import functools
 import hashlib
 import re
 
@@ -43,6 +44,7 @@ def kubeconfig_secret(cluster: str) -> str:
     return child_name(cluster, "kubeconfig")
 
 
+@functools.lru_cache(maxsize=8192)
 def cloud_name(*parts: str, limit: int = 63, letter_first: bool = False) -> str:
     """A deterministic name any cloud accepts: lowercase letters, digits and dashes, at most limit.
 
