@@ -18,7 +18,7 @@ from function.inputs import (
     resolve_classes,
 )
 from function.models import InferenceCluster
-from function.output import Condition, Desired, Output, Result
+from function.output import Condition, Desired, Output, Requirement, Result
 
 
 def compose_class(body: dict) -> Output:
@@ -39,23 +39,34 @@ def compose_cluster(
     required: dict[str, list[dict]],
     observed: Observed,
     schemas: dict[str, bool] | None = None,
+    *,
+    ask_first: bool = False,
 ) -> Output:
+    """The cluster's desired state.
+
+    With ask_first (Crossplane runs a requirements loop and only its last answer counts), a call
+    that lacks something it needs answers with its requirements alone and composes nothing: the
+    next call, with everything handed over, composes once.
+    """
     xr = parse_cluster(body)
+    schemas = schemas or {}
+    wanted, wanted_schemas = requirements(xr, required, schemas)
+    if ask_first and (wanted.keys() - required.keys() or wanted_schemas.keys() - schemas.keys()):
+        return Output(requirements=wanted, schemas=wanted_schemas, deferred=True)
     inputs = Inputs(
         xr=xr,
         classes=resolve_classes(xr, required),
         observed=observed,
         required=required,
-        schemas=schemas or {},
+        schemas=schemas,
     )
 
     cluster = clusters.render(inputs)
     stack = serving.render(inputs, cluster)
     resources = {**cluster.resources, **stack.resources}
-    ordering, guard_requirements = usages.compose(
+    resources |= usages.compose(
         inputs, cluster.anchors, cluster.outlives, serving.components(xr.spec.stack), resources
     )
-    resources |= ordering
     complete = cluster.complete and inputs.classes.complete
     if not complete:
         resources = {**carry_forward(observed, resources), **resources}
@@ -72,15 +83,23 @@ def compose_cluster(
             classes_condition(inputs.classes),
         ],
         results=cluster.results + class_results(xr, inputs.classes),
-        requirements={
-            **class_requirements(xr, required),
-            **cluster.requirements,
-            **stack.requirements,
-            **guard_requirements,
-        },
-        schemas={**stack.schemas, **usages.consumer_schemas()},
+        requirements=wanted,
+        schemas=wanted_schemas,
         ready=None if complete and cluster.ready and installed else False,
     )
+
+
+def requirements(
+    xr: InferenceCluster, required: dict[str, list[dict]], schemas: dict[str, bool]
+) -> tuple[dict[str, Requirement], dict[str, Requirement]]:
+    """Everything a reconcile of xr asks Crossplane for: (resources, schemas)."""
+    wanted = {
+        **class_requirements(xr, required),
+        **clusters.requirements(xr),
+        **serving.requirements(schemas),
+        **usages.requirements(xr.name, schemas),
+    }
+    return wanted, {serving.GATEWAY_SCHEMA: serving.GATEWAY_KIND, **usages.consumer_schemas()}
 
 
 def carry_forward(observed: Observed, desired: dict[str, Desired]) -> dict[str, Desired]:

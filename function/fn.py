@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 
 import grpc
-from crossplane.function import logging, resource, response
+from crossplane.function import logging, request, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf.struct_pb2 import ListValue, Struct, Value
@@ -65,6 +65,7 @@ def run(kind: str | None, composite: dict, req: fnv1.RunFunctionRequest) -> Outp
             required_resources(req, composite),
             observed(req, composite),
             {name: s.HasField("openapi_v3") for name, s in req.required_schemas.items()},
+            ask_first=request.has_capability(req, fnv1.CAPABILITY_REQUIRED_RESOURCES),
         )
     raise BadInput(f"this function composes InferenceCluster and InferenceClass, not kind {kind!r}")
 
@@ -242,6 +243,9 @@ BODIES = EncodedBodies()
 
 
 def encode(out: Output, rsp: fnv1.RunFunctionResponse) -> None:
+    encode_requirements(out, rsp)
+    if out.deferred:
+        return
     for key, desired in out.resources.items():
         target = rsp.desired.resources[key]
         BODIES.merge_into(target.resource, desired.body)
@@ -265,6 +269,9 @@ def encode(out: Output, rsp: fnv1.RunFunctionResponse) -> None:
     )
     for r in out.results:
         rsp.results.add(severity=SEVERITY[r.severity], message=r.message, reason=r.reason or "")
+
+
+def encode_requirements(out: Output, rsp: fnv1.RunFunctionResponse) -> None:
     for key, want in sorted(out.schemas.items()):
         response.require_schema(rsp, key, want.api_version, want.kind)
     for key, want in sorted(out.requirements.items()):

@@ -54,6 +54,8 @@ class Output:
     schemas: dict[str, Requirement] = field(default_factory=dict)
     # None leaves XR readiness to Crossplane (all composed resources ready).
     ready: bool | None = None
+    # Only requirements: Crossplane calls again with them answered, and only that answer counts.
+    deferred: bool = False
 
 
 class BadInput(Exception):  # noqa: N818 - it is input, not an error of ours

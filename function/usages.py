@@ -13,6 +13,7 @@ Every Usage names resources this same reconcile composes; replayDeletion resumes
 deletion as soon as its user is gone.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from function import names
@@ -92,32 +93,30 @@ def consumer_schemas() -> dict[str, Requirement]:
     return {f"{key}-kind": Requirement(names.API_VERSION, kind) for key, kind in CONSUMERS.items()}
 
 
-def consumers(inputs: Inputs, requirements: dict[str, Requirement]) -> dict[str, list[str]] | None:
+def requirements(xr: str, schemas: Mapping[str, bool]) -> dict[str, Requirement]:
+    """Every installed consumer kind carrying this cluster's label, in any namespace."""
+    return {
+        key: Requirement(names.API_VERSION, kind, labels={CLUSTER_LABEL: xr})
+        for key, kind in CONSUMERS.items()
+        if schemas.get(f"{key}-kind")
+    }
+
+
+def consumers(inputs: Inputs) -> dict[str, list[str]] | None:
     """kind -> namespace/name of what runs on this cluster; None until every answer is in."""
     found: dict[str, list[str]] = {}
-    complete = True
     for key, kind in CONSUMERS.items():
         installed = inputs.schemas.get(f"{key}-kind")
-        if installed is None:
-            complete = False
-            continue
-        if not installed:
-            continue
-        requirements[key] = Requirement(
-            names.API_VERSION, kind, labels={CLUSTER_LABEL: inputs.xr.name}
-        )
-        if key not in inputs.required:
-            complete = False
-            continue
-        found[kind] = sorted(
-            "/".join(
-                p
-                for p in (i.get("metadata", {}).get("namespace"), i.get("metadata", {}).get("name"))
-                if p
-            )
-            for i in inputs.required[key]
-        )
-    return found if complete else None
+        if installed is None or (installed and key not in inputs.required):
+            return None
+        if installed:
+            found[kind] = sorted(_namespaced_name(i) for i in inputs.required[key])
+    return found
+
+
+def _namespaced_name(body: dict) -> str:
+    meta = body.get("metadata") or {}
+    return "/".join(p for p in (meta.get("namespace"), meta.get("name")) if p)
 
 
 def guard(xr: str, running: dict[str, list[str]]) -> dict | None:
@@ -153,13 +152,12 @@ def compose(
     outlives: tuple[tuple[str, str], ...],
     components: list[Component],
     desired: dict[str, Desired],
-) -> tuple[dict[str, Desired], dict[str, Requirement]]:
-    """Every Usage of this reconcile, and what the guard asks Crossplane for."""
-    requirements: dict[str, Requirement] = {}
+) -> dict[str, Desired]:
+    """Every Usage of this reconcile, and the deletion guard."""
     order = edges(components, desired, anchors)
     order += [Edge(of, by) for of, by in outlives if of in desired and by in desired]
     out = render(order, desired, inputs.xr.name)
-    running = consumers(inputs, requirements)
+    running = consumers(inputs)
     if running is None:
         # Not every answer is in: keep the guard as it is, whatever it is.
         seen = inputs.observed.resources.get(GUARD)
@@ -169,4 +167,4 @@ def compose(
         body = guard(inputs.xr.name, running)
         if body is not None:
             out[GUARD] = Desired(body, ready=True)
-    return out, requirements
+    return out

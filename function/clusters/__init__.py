@@ -6,10 +6,13 @@ need to know (is the cluster reachable, through which ProviderConfig, with which
 
 from collections.abc import Callable
 
+from function import names
 from function.clusters import aks, eks, existing, gke, nebius, vultr
+from function.clusters.base import CLOUD_PROVIDER_CONFIG
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs
-from function.output import Result
+from function.models import InferenceCluster
+from function.output import Requirement, Result
 
 Renderer = Callable[[Inputs], ClusterFacts]
 
@@ -35,6 +38,23 @@ def _not_built(inputs: Inputs) -> ClusterFacts:
         message=message,
         complete=False,
     )
+
+
+# Sources whose renderer reads the cloud ProviderConfig the credentials name (GKE: the project
+# for Workload Identity; Nebius: the project and its service-account Secret), by API group.
+READS_PROVIDER_CONFIG = {"GKE": "gcp.m.upbound.io", "Nebius": "nebius.m.upbound.io"}
+
+
+def requirements(xr: InferenceCluster) -> dict[str, Requirement]:
+    """What a source's renderer needs Crossplane to hand over."""
+    group = READS_PROVIDER_CONFIG.get(xr.spec.cluster.source)
+    if group is None:
+        return {}
+    creds = xr.spec.cluster.settings.credentials
+    namespace = names.SYSTEM_NAMESPACE if creds.type == "ProviderConfig" else None
+    return {
+        CLOUD_PROVIDER_CONFIG: Requirement(f"{group}/v1beta1", creds.type, creds.name, namespace)
+    }
 
 
 def render(inputs: Inputs) -> ClusterFacts:

@@ -19,10 +19,12 @@ from function import names, providerconfigs
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs, ObservedResource
 from function.models import Credentials, InferenceClass, NodePool
-from function.output import Desired, Requirement, Result
+from function.output import Desired, Result
 from function.providerconfigs import Identity, SecretKey
 
 PROVIDER_CONFIG_KEYS = ("provider-config-kubernetes", "provider-config-helm")
+# The requirement under which a cloud's own ProviderConfig is handed over.
+CLOUD_PROVIDER_CONFIG = "cloud-provider-config"
 # Observe, Create, Update, Delete without LateInitialize: a field the autoscaler owns (a node
 # group's size) is seeded once through initProvider and never read back into the spec.
 NO_LATE_INIT = ["Observe", "Create", "Update", "Delete"]
@@ -30,14 +32,6 @@ OBSERVE_ONLY = ["Observe"]
 # Crossplane's own reasons that mean "not there yet", shown as is in wait messages.
 _WAIT_MESSAGE_NAMES = 8
 _WAIT_MESSAGE_CHARS = 512
-
-
-@dataclass(frozen=True)
-class Fetched:
-    """A required resource: whether Crossplane answered yet, and what it found (None: nothing)."""
-
-    answered: bool
-    body: dict | None
 
 
 @dataclass(frozen=True)
@@ -82,7 +76,6 @@ class Cloud:
     results: list[Result] = field(default_factory=list)
     invalid_pools: dict[str, str] = field(default_factory=dict)
     waiting_pools: list[str] = field(default_factory=list)
-    requirements: dict[str, Requirement] = field(default_factory=dict)
     # The resource whose kubeconfig the stack installs through: it outlives the stack.
     anchors: tuple[str, ...] = ("cluster",)
     # (of, by): within the cluster, of outlives by.
@@ -99,27 +92,17 @@ class Cloud:
     def observed(self, key: str) -> ObservedResource | None:
         return self.inputs.observed.resources.get(key)
 
-    def require(
-        self, key: str, api_version: str, kind: str, name: str, namespace: str | None = None
-    ) -> Fetched:
-        """Ask Crossplane for one resource by name; what it handed over this call, if anything."""
-        self.requirements[key] = Requirement(api_version, kind, name, namespace)
-        if key not in self.inputs.required:
-            return Fetched(answered=False, body=None)
-        items = self.inputs.required[key]
-        return Fetched(answered=True, body=items[0] if items else None)
-
     def cloud_provider_config(self, api_group: str) -> CloudConfig:
-        """The cloud's own ProviderConfig or ClusterProviderConfig that the credentials name."""
+        """The cloud's own ProviderConfig or ClusterProviderConfig that the credentials name, as
+        Crossplane handed it over (compose.requirements asks for it)."""
         creds = self.credentials
-        namespace = names.SYSTEM_NAMESPACE if creds.type == "ProviderConfig" else None
-        fetched = self.require(
-            "cloud-provider-config", f"{api_group}/v1beta1", creds.type, creds.name, namespace
-        )
         where = f"{creds.type} {creds.name!r} ({api_group})"
-        body = fetched.body
+        if CLOUD_PROVIDER_CONFIG not in self.inputs.required:
+            return CloudConfig(False, None, where)
+        items = self.inputs.required[CLOUD_PROVIDER_CONFIG]
+        body = items[0] if items else None
         if body is None:
-            return CloudConfig(fetched.answered, None, where)
+            return CloudConfig(True, None, where)
         group = str(body.get("apiVersion", "")).split("/")[0]
         if body.get("kind") != creds.type or group != api_group:
             kind = f"{body.get('kind')} of {group}"
@@ -300,7 +283,6 @@ class Cloud:
             provider_config=provider_config,
             storage_class=storage_class,
             complete=complete,
-            requirements=self.requirements,
             anchors=self.anchors,
             outlives=tuple(self.outlives),
         )

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from function.output import Desired, Requirement, Result
+from function.output import Desired, Result
 
 
 @dataclass
@@ -23,5 +23,3 @@ class ClusterFacts:
     anchors: tuple[str, ...] = ()
     # (of, by) resource keys: within the cluster, of outlives by.
     outlives: tuple[tuple[str, str], ...] = ()
-    # Resources the renderer asks Crossplane for (a cloud ProviderConfig, say).
-    requirements: dict[str, Requirement] = field(default_factory=dict)

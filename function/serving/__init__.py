@@ -9,6 +9,7 @@ Rules the engine applies to every component (function/serving/components.py):
   the component's readiness query).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from function import kube, names
@@ -38,8 +39,6 @@ class StackFacts:
     ready: bool = False
     reason: str = "WaitingForCluster"
     message: str = "waiting for the cluster's ProviderConfigs"
-    requirements: dict[str, Requirement] = field(default_factory=dict)
-    schemas: dict[str, Requirement] = field(default_factory=dict)
     # The gateway as observed this time (None: not observed); status.py keeps older values.
     address: str | None = None
     ca_certificate: str | None = None
@@ -47,8 +46,8 @@ class StackFacts:
 
 
 def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
-    facts = StackFacts(schemas={GATEWAY_SCHEMA: GATEWAY_KIND})
-    cas = client_cas(inputs, facts)
+    facts = StackFacts()
+    cas = client_cas(inputs)
     facts.client_cas = None if cas is None else len(cas)
     observed = inputs.observed.resources
     if cluster.provider_config is None:
@@ -112,7 +111,12 @@ def components(stack: str) -> list[Component]:
     return [c for c in COMPONENTS if stack in c.stacks]
 
 
-def client_cas(inputs: Inputs, facts: StackFacts) -> tuple[gateway.ClientCA, ...] | None:
+def requirements(schemas: Mapping[str, bool]) -> dict[str, Requirement]:
+    """The fleet's InferenceGateways, once their kind is known to be installed."""
+    return {GATEWAYS: GATEWAY_KIND} if schemas.get(GATEWAY_SCHEMA) else {}
+
+
+def client_cas(inputs: Inputs) -> tuple[gateway.ClientCA, ...] | None:
     """The InferenceGateways' client CAs: () when the kind is not installed or none published,
     None while Crossplane has not answered."""
     installed = inputs.schemas.get(GATEWAY_SCHEMA)
@@ -120,7 +124,6 @@ def client_cas(inputs: Inputs, facts: StackFacts) -> tuple[gateway.ClientCA, ...
         return None
     if not installed:
         return ()
-    facts.requirements[GATEWAYS] = GATEWAY_KIND
     if GATEWAYS not in inputs.required:
         return None
     return gateway.client_cas(inputs.required[GATEWAYS])

@@ -82,3 +82,54 @@ def test_inference_class_is_marked_ready():
     assert [(c.type, c.status) for c in rsp.conditions] == [
         ("Accepted", fnv1.STATUS_CONDITION_TRUE)
     ]
+
+
+def with_capabilities(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionRequest:
+    req.meta.capabilities.extend([fnv1.CAPABILITY_CAPABILITIES, fnv1.CAPABILITY_REQUIRED_RESOURCES])
+    return req
+
+
+def answer_schemas(req: fnv1.RunFunctionRequest, installed: bool) -> None:
+    for name in (
+        "inference-gateway-kind",
+        "model-replicas-kind",
+        "model-routes-kind",
+        "model-caches-kind",
+    ):
+        schema = req.required_schemas[name]
+        if installed:
+            schema.openapi_v3.update({"type": "object"})
+
+
+def test_a_call_missing_what_it_needs_asks_first_and_composes_nothing():
+    """In Crossplane's requirements loop only the last answer counts: a call without the
+    InferenceGateways it needs answers with requirements alone, the next one composes."""
+    req = with_capabilities(cluster_request())
+    answer_schemas(req, installed=True)
+    first = run(req)
+    assert set(first.requirements.resources) == {
+        "inference-gateways",
+        "model-replicas",
+        "model-routes",
+        "model-caches",
+    }
+    assert len(first.desired.resources) == 0 and not first.results
+    assert not first.desired.composite.HasField("resource")
+    for name in first.requirements.resources:
+        req.required_resources[name].SetInParent()
+    second = run(req)
+    assert second.requirements == first.requirements
+    assert sorted(second.desired.resources) == [
+        "provider-config-helm",
+        "provider-config-kubernetes",
+    ]
+
+
+def test_everything_answered_composes_at_once_and_old_crossplanes_are_never_deferred():
+    req = with_capabilities(cluster_request())
+    answer_schemas(req, installed=False)
+    assert len(run(req).desired.resources) == 2
+    # Without the capability, a call always composes (nothing guarantees a second call).
+    req = cluster_request()
+    answer_schemas(req, installed=True)
+    assert len(run(req).desired.resources) == 2
