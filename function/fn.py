@@ -3,7 +3,7 @@
 All composition logic lives in compose.py and the renderers; this module only touches protobuf.
 """
 
-import json
+import marshal
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 
@@ -36,7 +36,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
     ) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
-        composite = resource.struct_to_dict(req.observed.composite.resource)
+        composite = composite_of(req.observed.composite.resource)
         kind = composite.get("kind")
         name = composite.get("metadata", {}).get("name")
         log = self.log.bind(kind=kind, name=name)
@@ -70,16 +70,49 @@ def run(kind: str | None, composite: dict, req: fnv1.RunFunctionRequest) -> Outp
     raise BadInput(f"this function composes InferenceCluster and InferenceClass, not kind {kind!r}")
 
 
-def required_resources(req: fnv1.RunFunctionRequest, composite: dict) -> dict[str, list[dict]]:
-    """Required resources as dicts; of a list of every InferenceClass, only those pools name."""
-    wanted = referenced_classes(composite)
-    out = {}
-    for name, resources in req.required_resources.items():
-        items = resources.items
-        if name == names.ALL_CLASSES_REQUIREMENT:
-            items = [i for i in items if _struct_name(i.resource) in wanted]
-        out[name] = [resource.struct_to_dict(i.resource) for i in items]
+# What the function reads of its composite: never its managedFields or other server metadata.
+_COMPOSITE_FIELDS = ("apiVersion", "kind", "spec", "status")
+
+
+def composite_of(struct: Struct) -> dict:
+    """The composite's identity, spec and status as a dict."""
+    out = {k: _python(_unwrap(struct.fields[k])) for k in _COMPOSITE_FIELDS if k in struct.fields}
+    name = _field(struct.fields.get("metadata"), "name")
+    out["metadata"] = {"name": name.string_value} if name is not None else {}
     return out
+
+
+class RequiredResources(Mapping[str, list[dict]]):
+    """Required resources by requirement name, converted to dicts when a renderer reads them; of
+    a list of every InferenceClass, only those the pools name."""
+
+    def __init__(self, req: fnv1.RunFunctionRequest, composite: dict) -> None:
+        self._required = req.required_resources
+        self._classes = referenced_classes(composite)
+        self._cache: dict[str, list[dict]] = {}
+
+    def __getitem__(self, name: str) -> list[dict]:
+        if name not in self._cache:
+            if name not in self._required:
+                raise KeyError(name)
+            items = self._required[name].items
+            if name == names.ALL_CLASSES_REQUIREMENT:
+                items = [i for i in items if _struct_name(i.resource) in self._classes]
+            self._cache[name] = [resource.struct_to_dict(i.resource) for i in items]
+        return self._cache[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._required
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._required))
+
+    def __len__(self) -> int:
+        return len(self._required)
+
+
+def required_resources(req: fnv1.RunFunctionRequest, composite: dict) -> RequiredResources:
+    return RequiredResources(req, composite)
 
 
 def referenced_classes(composite: dict) -> set[str]:
@@ -105,7 +138,6 @@ class StructResource(ObservedResource):
         super().__init__({}, connection_keys)
         self._struct = struct
         self._converted: dict | None = None
-        self._conditions: list | None = None
         self._ready: bool | None = None
 
     @property
@@ -131,26 +163,33 @@ class StructResource(ObservedResource):
     @property
     def ready(self) -> bool:
         if self._ready is None:
-            self._ready = super().ready
+            self._ready = self._condition_status("Ready") == "True"
         return self._ready
+
+    def _condition_status(self, type_: str) -> str | None:
+        conditions = _field(self._struct.fields.get("status"), "conditions")
+        if conditions is None or conditions.WhichOneof("kind") != "list_value":
+            return None
+        for c in conditions.list_value.values:
+            fields = c.struct_value.fields
+            if "type" in fields and fields["type"].string_value == type_:
+                return fields["status"].string_value if "status" in fields else None
+        return None
 
     def condition(self, type_: str) -> dict | None:
         """A status condition's scalar fields, read without converting the status."""
-        if self._conditions is None:
-            self._conditions = []
-            status = self._struct.fields.get("status")
-            conditions = _field(status, "conditions")
-            if conditions is not None and conditions.WhichOneof("kind") == "list_value":
-                self._conditions = [
-                    {
-                        k: f.string_value
-                        for k, f in c.struct_value.fields.items()
-                        if f.WhichOneof("kind") == "string_value"
-                    }
-                    for c in conditions.list_value.values
-                    if c.WhichOneof("kind") == "struct_value"
-                ]
-        return next((c for c in self._conditions if c.get("type") == type_), None)
+        conditions = _field(self._struct.fields.get("status"), "conditions")
+        if conditions is None or conditions.WhichOneof("kind") != "list_value":
+            return None
+        for c in conditions.list_value.values:
+            fields = c.struct_value.fields
+            if "type" in fields and fields["type"].string_value == type_:
+                return {
+                    k: f.string_value
+                    for k, f in fields.items()
+                    if f.WhichOneof("kind") == "string_value"
+                }
+        return None
 
 
 def _field(value: Value | None, name: str) -> Value | None:
@@ -213,29 +252,30 @@ def observed(req: fnv1.RunFunctionRequest, composite: dict) -> Observed:
 
 
 class EncodedBodies:
-    """Desired bodies already encoded as protobuf Structs, by their JSON text.
+    """Desired bodies already encoded as protobuf Structs, by their content.
 
     Encoding a dict into a Struct runs in Python, field by field, and is the costliest step of a
-    reconcile; a steady cluster returns the same bodies every time. The JSON text is the key, so a
-    body that changes in any way is encoded afresh: the bytes are the same either way.
+    reconcile; a steady cluster returns the same bodies every time. The body's serialisation is
+    the key, so a body that changes in any way is encoded afresh: the bytes are the same either way.
     """
 
     def __init__(self, capacity: int = 2048) -> None:
         self.capacity = capacity
-        self._encoded: OrderedDict[str, bytes] = OrderedDict()
+        self._encoded: OrderedDict[bytes, bytes] = OrderedDict()
 
     def merge_into(self, target: Struct, body: dict) -> None:
-        text = json.dumps(body, separators=(",", ":"), check_circular=False)
-        data = self._encoded.get(text)
+        # marshal is the fastest faithful serialisation of plain data: equal keys, equal bodies.
+        key = marshal.dumps(body)
+        data = self._encoded.get(key)
         if data is None:
             fresh = Struct()
             fresh.update(body)
             data = fresh.SerializeToString(deterministic=True)
-            self._encoded[text] = data
+            self._encoded[key] = data
             if len(self._encoded) > self.capacity:
                 self._encoded.popitem(last=False)
         else:
-            self._encoded.move_to_end(text)
+            self._encoded.move_to_end(key)
         target.MergeFromString(data)
 
 

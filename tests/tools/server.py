@@ -19,14 +19,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+def wait_for_port(
+    port: int, proc: subprocess.Popen, timeout: float = 30.0, interval: float = 0.05
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"function exited with {proc.returncode} before listening")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
-        time.sleep(0.05)
+        time.sleep(interval)
     raise TimeoutError(f"function did not listen on 127.0.0.1:{port} within {timeout}s")
 
 
