@@ -13,7 +13,7 @@ export CRDS_DIR
 export CROSSPLANE
 export CELCOST
 
-.PHONY: setup render test lint bench clean package
+.PHONY: setup render test lint bench clean package e2e e2e-tools
 
 setup: $(VENV)/.stamp $(CROSSPLANE) $(CELCOST)
 
@@ -34,13 +34,51 @@ $(CELCOST): tests/tools/celcost/go.mod tests/tools/celcost/go.sum tests/tools/ce
 	mkdir -p $(TOOLS_BIN)
 	cd tests/tools/celcost && go build -o $(CELCOST) .
 
+# The real control plane of tests/e2e (etcd, kube-apiserver, kube-controller-manager, Crossplane core), each
+# built from a pinned wrapper module in tests/tools/controlplane, one after another (order-only prerequisites
+# keep them serial even under -j). Versions come from the go.mod files; core is crossplane-core, next to the CLI.
+CP_MODS         := tests/tools/controlplane
+ETCD            := $(TOOLS_BIN)/etcd
+KUBE_APISERVER  := $(TOOLS_BIN)/kube-apiserver
+KUBE_CM         := $(TOOLS_BIN)/kube-controller-manager
+CROSSPLANE_CORE := $(TOOLS_BIN)/crossplane-core
+E2E_TOOLS       := $(KUBE_APISERVER) $(KUBE_CM) $(CROSSPLANE_CORE) $(ETCD)
+required         = $(shell awk '$$1 == "require" && $$2 == "$(2)" {print $$3}' $(CP_MODS)/$(1)/go.mod)
+K8S_VERSION     := $(call required,kubernetes,k8s.io/kubernetes)
+XP_VERSION      := $(call required,crossplane,github.com/crossplane/crossplane/v2)
+K8S_VERSION_PKG := k8s.io/component-base/version
+K8S_LDFLAGS     := -s -w -X $(K8S_VERSION_PKG).gitVersion=$(K8S_VERSION) \
+	-X $(K8S_VERSION_PKG).gitMajor=$(patsubst v%,%,$(word 1,$(subst ., ,$(K8S_VERSION)))) \
+	-X $(K8S_VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION))) -X $(K8S_VERSION_PKG).gitTreeState=clean
+
+e2e-tools: $(E2E_TOOLS)
+
+$(KUBE_APISERVER) $(KUBE_CM): $(CP_MODS)/kubernetes/go.mod $(CP_MODS)/kubernetes/go.sum
+	mkdir -p $(TOOLS_BIN)
+	cd $(CP_MODS)/kubernetes && go build -trimpath -ldflags "$(K8S_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
+$(KUBE_CM): | $(KUBE_APISERVER)
+
+$(CROSSPLANE_CORE): $(CP_MODS)/crossplane/go.mod $(CP_MODS)/crossplane/go.sum | $(KUBE_CM)
+	mkdir -p $(TOOLS_BIN)
+	cd $(CP_MODS)/crossplane && go build -trimpath -o $@ \
+		-ldflags "-s -w -X github.com/crossplane/crossplane/v2/internal/version.version=$(XP_VERSION)" \
+		github.com/crossplane/crossplane/v2/cmd/crossplane
+
+$(ETCD): $(CP_MODS)/etcd/go.mod $(CP_MODS)/etcd/go.sum | $(CROSSPLANE_CORE)
+	mkdir -p $(TOOLS_BIN)
+	cd $(CP_MODS)/etcd && go build -trimpath -ldflags "-s -w" -o $@ go.etcd.io/etcd/server/v3
+
 ## Render a bundled example (EXAMPLE=existing|gke|eks|aks|nebius|vultr) with the real crossplane CLI.
 render: setup
 	$(BIN)/python -m tests.tools.render $(EXAMPLE)
 
-## Run the whole test suite: lint, unit, gRPC, crossplane render and beta validate end to end.
-test: setup lint
+## Run the whole test suite: lint, unit, gRPC, crossplane render and beta validate end to end, real control plane.
+test: setup e2e-tools lint
 	$(BIN)/pytest
+
+## Only the real control-plane tests (tests/e2e): Crossplane core and a real API server call the function.
+e2e: setup e2e-tools
+	$(BIN)/pytest tests/e2e
 
 ## Speed and memory of the running function against its targets (exits non-zero on a miss).
 bench: $(VENV)/.stamp

@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins the control-plane binaries built from this module (see the Makefile).
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)
