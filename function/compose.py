@@ -128,7 +128,13 @@ def classes_condition(classes: Classes) -> Condition:
     if problems:
         reason = "ClassNotFound" if classes.missing else "InvalidClass"
         return Condition("ClassesResolved", False, reason, "; ".join(problems))
-    return Condition("ClassesResolved", True, "Resolved", None)
+    count = len(classes.resolved)
+    return Condition(
+        "ClassesResolved",
+        True,
+        "Resolved",
+        f"every InferenceClass the pools name is here ({count})" if count else "no pools",
+    )
 
 
 def class_results(xr: InferenceCluster, classes: Classes) -> list[Result]:

@@ -16,7 +16,7 @@ from google.protobuf.struct_pb2 import ListValue, Struct, Value
 from function import names
 from function.compose import compose_class, compose_cluster
 from function.inputs import Observed, ObservedResource
-from function.output import BadInput, Output
+from function.output import BadInput, Output, shown
 
 SEVERITY = {
     "Normal": fnv1.SEVERITY_NORMAL,
@@ -49,7 +49,10 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         except Exception:
             # A bug, not bad input: log the traceback here, keep it out of the XR's events.
             log.exception("cannot compose")
-            response.fatal(rsp, f"internal error composing {kind} {name}; see the function's logs")
+            response.fatal(
+                rsp,
+                f"internal error composing {shown(kind)} {shown(name)}; see the function's logs",
+            )
             return rsp
         encode(out, rsp)
         log.debug("composed", resources=len(out.resources))
@@ -67,7 +70,9 @@ def run(kind: str | None, composite: dict, req: fnv1.RunFunctionRequest) -> Outp
             {name: s.HasField("openapi_v3") for name, s in req.required_schemas.items()},
             ask_first=request.has_capability(req, fnv1.CAPABILITY_REQUIRED_RESOURCES),
         )
-    raise BadInput(f"this function composes InferenceCluster and InferenceClass, not kind {kind!r}")
+    raise BadInput(
+        f"this function composes InferenceCluster and InferenceClass, not kind {shown(kind)}"
+    )
 
 
 # What the function reads of its composite: never its managedFields or other server metadata.
@@ -116,10 +121,14 @@ def required_resources(req: fnv1.RunFunctionRequest, composite: dict) -> Require
 
 
 def referenced_classes(composite: dict) -> set[str]:
-    pools = composite.get("spec", {}).get("nodePools")
+    """The class names the pools give (before validation: anything may be of any type)."""
+    spec = composite.get("spec")
+    pools = spec.get("nodePools") if isinstance(spec, dict) else None
     if not isinstance(pools, list):
         return set()
-    return {p.get("className") for p in pools if isinstance(p, dict)} - {None}
+    return {
+        p["className"] for p in pools if isinstance(p, dict) and isinstance(p.get("className"), str)
+    }
 
 
 def _struct_name(s) -> str | None:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from function import names
 from function.models import InferenceClass, InferenceCluster
-from function.output import BadInput, Requirement
+from function.output import BadInput, Requirement, shown
 
 
 class ObservedResource:
@@ -109,7 +109,7 @@ def describe(error: ValidationError, prefix: str = "") -> str:
     for e in error.errors(include_url=False):
         where = field_path((prefix, *e["loc"]) if prefix else e["loc"]) or prefix or "object"
         got = e.get("input")
-        value = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+        value = "" if isinstance(got, dict | list) or got is None else f" (got {shown(got)})"
         message = e["msg"].removeprefix("Value error, ")
         lines.append(f"{where}: {message}{value}")
     return "; ".join(lines)

@@ -18,6 +18,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from function.output import shown
+
 Source = Literal["GKE", "EKS", "AKS", "Nebius", "Vultr", "Existing"]
 CLOUD_BLOCKS: dict[str, str] = {
     "GKE": "gke",
@@ -216,6 +218,29 @@ class InferenceClusterSpec(Model):
     def class_names(self) -> list[str]:
         """Distinct InferenceClass names, in pool order."""
         return list(dict.fromkeys(p.class_name for p in self.node_pools))
+
+    @model_validator(mode="after")
+    def _zones_of_the_cluster(self) -> "InferenceClusterSpec":
+        """The XRD's zone rules again: renderers derive names and addresses from zones."""
+        source, settings = self.cluster.source, self.cluster.settings
+        region = getattr(settings, "region", "")
+        for i, pool in enumerate(self.node_pools):
+            for j, zone in enumerate(pool.zones):
+                if source == "EKS":
+                    ok = zone[: len(region)] == region and zone[len(region) :] in tuple(
+                        "abcdefghijkl"
+                    )
+                    want = f"an Availability Zone of {region} (the region and a letter a to l)"
+                elif source == "GKE":
+                    ok = zone.startswith(f"{region}-") and len(zone) == len(region) + 2
+                    want = f"a zone of {region} (the region, a dash and a letter)"
+                elif source == "AKS":
+                    ok, want = zone in ("1", "2", "3"), "an Azure availability zone 1, 2 or 3"
+                else:
+                    continue
+                if not ok:
+                    raise ValueError(f"spec.nodePools[{i}].zones[{j}] {shown(zone)} must be {want}")
+        return self
 
 
 class Metadata(Model):

@@ -58,5 +58,11 @@ class Output:
     deferred: bool = False
 
 
+def shown(value: object, limit: int = 64) -> str:
+    """A value as a message shows it: its repr, cut short (input may be huge or hostile)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-1]}"
+
+
 class BadInput(Exception):  # noqa: N818 - it is input, not an error of ours
     """Input the function cannot compose from; answered with a Fatal result naming the field."""

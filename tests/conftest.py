@@ -56,3 +56,17 @@ def validate_cache(tmp_path_factory) -> Path:
     for crd in (crds_dir() / "crossplane").glob("*.yaml"):
         shutil.copy(crd, seeded / crd.name)
     return cache
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config) -> None:
+    """Every function server of the session logs at debug level where the secrets scan reads."""
+    logs = Path(config._tmp_path_factory.getbasetemp()) / "function-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    os.environ["FUNCTION_LOG_DIR"] = str(logs)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """The secrets scan reads what every other test produced: it runs last."""
+    last = [i for i in items if i.nodeid.startswith("tests/test_zz_secrets.py")]
+    items[:] = [i for i in items if i not in last] + last

@@ -77,6 +77,7 @@ class Renderer:
             args.append(f"--observed-resources={folder / 'observed.yaml'}")
         proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
         assert proc.returncode == 0, f"crossplane render failed:\n{proc.stderr}"
+        (folder / "rendered.yaml").write_text(proc.stdout)  # what the secrets scan reads
         docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
         return split(docs)
 

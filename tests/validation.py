@@ -10,6 +10,7 @@
   directly (Nebius's cloud-init Secret) are checked that way too.
 """
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -64,7 +65,9 @@ def validate_everything(
         kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
     checked = unique([d for d in composed + manifests if not is_core(d)])
     path = workdir / "rendered.yaml"
-    path.write_text(yaml.safe_dump_all(checked))
+    # JSON documents (JSON is YAML): PyYAML writes strings like y or 1e3 bare, and Go's YAML reads
+    # those as a bool and a number.
+    path.write_text("\n---\n".join(json.dumps(d) for d in checked) + "\n")
     extensions = ",".join([str(APIS), *(str(p) for p in crd_files())])
     proc = subprocess.run(
         [

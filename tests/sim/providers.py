@@ -127,7 +127,7 @@ def _gcp(collection: str, regional: bool = False) -> Callable[[dict, World], dic
         del world
         name = _name(body)
         where = f"regions/{_for_provider(body).get('region')}" if regional else "global"
-        return {"id": f"projects/{GCP_PROJECT}/{where}/{collection}/{name}", "name": name}
+        return {"id": f"projects/{GCP_PROJECT}/{where}/{collection}/{name}"}
 
     return report
 

@@ -39,8 +39,14 @@ class Server(NamedTuple):
 
 @contextlib.contextmanager
 def function_server(*extra_args: str, insecure: bool = True) -> Iterator[Server]:
-    """Yield the gRPC target of a function started as `python -m function [--insecure]`."""
+    """Yield the gRPC target of a function started as `python -m function [--insecure]`.
+
+    With FUNCTION_LOG_DIR set (the test session sets it), the server logs at debug level into a
+    file there, which the secrets scan reads at the end of the session.
+    """
     port = free_port()
+    log_dir = os.environ.get("FUNCTION_LOG_DIR")
+    log = open(Path(log_dir) / f"function-{port}.log", "wb") if log_dir else None  # noqa: SIM115
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -48,12 +54,13 @@ def function_server(*extra_args: str, insecure: bool = True) -> Iterator[Server]
             "function",
             *(["--insecure"] if insecure else []),
             f"--address=127.0.0.1:{port}",
+            *(["--debug"] if log else []),
             *extra_args,
         ],
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log or subprocess.PIPE,
     )
     try:
         wait_for_port(port, proc)
@@ -67,3 +74,5 @@ def function_server(*extra_args: str, insecure: bool = True) -> Iterator[Server]
             proc.wait()
         if proc.stderr:
             proc.stderr.close()
+        if log:
+            log.close()

@@ -34,7 +34,7 @@ def test_a_bug_is_a_fatal_result_without_the_traceback(monkeypatch):
     [result] = rsp.results
     assert result.severity == fnv1.SEVERITY_FATAL
     assert result.message == (
-        "internal error composing InferenceCluster byo-us-east; see the function's logs"
+        "internal error composing 'InferenceCluster' 'byo-us-east'; see the function's logs"
     )
     assert len(rsp.desired.resources) == 0
 

@@ -1,0 +1,137 @@
+"""The server under what a control plane (or an attacker on its network) can throw at it.
+
+- mTLS: a client whose certificate another CA signed is refused like an anonymous one.
+- 100 concurrent RunFunction calls are all answered, correctly.
+- A malformed message and one over the receive limit are refused; the server answers the next
+  call as before.
+- SIGTERM lets calls in flight finish, then the process exits cleanly.
+- The response for the largest cluster the XRD admits fits gRPC's default 4 MiB.
+"""
+
+import asyncio
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from crossplane.function import logging
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+
+from function.fn import FunctionRunner
+from tests.test_grpc import _cert, _pem, call, request, tls_dir  # noqa: F401 - fixture
+from tests.tools.bench import Reconcile, run_reconcile, steady_state, worst_case
+from tests.tools.server import ROOT, free_port, function_server, wait_for_port
+
+METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
+GRPC_DEFAULT_MAX = 4 * 1024 * 1024
+
+
+def test_a_client_signed_by_another_ca_is_refused(tls_dir, tmp_path):  # noqa: F811
+    other_key, other_ca = _cert("other-ca", None, None, ca=True)
+    key, cert = _cert("intruder", other_key, other_ca.subject, ca=False)
+    key_pem, crt_pem = _pem(key, cert)
+    wrong = grpc.ssl_channel_credentials(
+        root_certificates=(tls_dir / "ca.crt").read_bytes(),
+        private_key=key_pem,
+        certificate_chain=crt_pem,
+    )
+    with (
+        function_server(f"--tls-certs-dir={tls_dir}", insecure=False) as server,
+        grpc.secure_channel(server.target, wrong) as channel,
+        pytest.raises(grpc.RpcError) as refused,
+    ):
+        call(channel, request())
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_hundred_concurrent_calls_are_all_answered_correctly():
+    requests = [request(source) for source in ("existing", "eks", "gke", "aks") * 25]
+    expected = {}
+    with function_server() as server, grpc.insecure_channel(server.target) as channel:
+        for req in requests[:4]:
+            expected[req.observed.composite.resource["metadata"]["name"]] = call(channel, req)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=100) as pool:
+            answers = list(pool.map(lambda r: call(channel, r), requests))
+    assert len(answers) == 100
+    for req, rsp in zip(requests, answers, strict=True):
+        want = expected[req.observed.composite.resource["metadata"]["name"]]
+        assert rsp.SerializeToString(deterministic=True) == want.SerializeToString(
+            deterministic=True
+        )
+
+
+def test_malformed_and_oversized_messages_are_refused_and_the_server_lives_on():
+    with (
+        function_server("--max-recv-message-size=1") as server,
+        grpc.insecure_channel(
+            server.target, options=[("grpc.max_send_message_length", 8 * 1024 * 1024)]
+        ) as channel,
+    ):
+        raw = channel.unary_unary(METHOD)  # bytes in, bytes out
+        with pytest.raises(grpc.RpcError) as malformed:
+            raw(b"\xff\xff\xff\xff\x0f not a protobuf", timeout=10)
+        assert malformed.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+        with pytest.raises(grpc.RpcError) as oversized:
+            raw(b"\x0a\x00" * (600 * 1024), timeout=10)
+        assert oversized.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        rsp = call(channel, request())
+        assert "provider-config-helm" in rsp.desired.resources
+        assert os.waitpid(server.pid, os.WNOHANG) == (0, 0)  # still running
+
+
+def test_sigterm_lets_calls_in_flight_finish():
+    case = worst_case()
+    req = steady_state(case)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "function", "--insecure", f"--address=127.0.0.1:{port}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port(port, proc)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = grpcv1.FunctionRunnerServiceStub(channel)
+            stub.RunFunction(req, timeout=30)  # warm
+            futures = [stub.RunFunction.future(req, timeout=30) for _ in range(20)]
+            time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            answers = [f.result() for f in futures]
+        assert all(len(a.requirements.resources) > 0 for a in answers)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+def test_the_largest_admitted_cluster_answers_within_the_grpc_default():
+    """Eight pools of EKS Capacity Blocks with EFA on the Dynamo stack, in steady state, every
+    optional field at its limit: the answer must fit what Crossplane's client accepts."""
+    case = worst_case()
+    for i, pool in enumerate(case.xr["spec"]["nodePools"]):
+        pool["name"] = f"{i}-" + "p" * 38
+    case.xr["metadata"]["name"] = "c" * 63
+    case.xr["spec"]["placement"] = {
+        "metadata": {"labels": {f"l{i}.example.com/" + "k" * 60: "v" * 63 for i in range(16)}}
+    }
+    case.xr["spec"]["taints"] = [
+        {"key": f"t{i}.example.com/" + "k" * 60, "value": "v" * 63, "effect": "NoSchedule"}
+        for i in range(32)
+    ]
+    logging.configure(logging.Level.DISABLED)
+    runner, loop = FunctionRunner(), asyncio.new_event_loop()
+    reconcile = Reconcile(steady_state(case), case.asked)
+    _, rsp = run_reconcile(lambda r: loop.run_until_complete(runner.RunFunction(r)), reconcile)
+    size = rsp.ByteSize()
+    print(f"largest admitted response: {size} bytes ({size / GRPC_DEFAULT_MAX:.1%} of 4 MiB)")
+    assert len(rsp.desired.resources) > 150
+    assert not [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+    assert size < GRPC_DEFAULT_MAX
