@@ -24,6 +24,7 @@ SEVERITY = {
     "Fatal": fnv1.SEVERITY_FATAL,
 }
 READY = {True: fnv1.READY_TRUE, False: fnv1.READY_FALSE}
+UNREADY_TTL_SECONDS = 15
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
@@ -304,6 +305,10 @@ def encode(out: Output, rsp: fnv1.RunFunctionResponse) -> None:
         resource.update(rsp.desired.composite, {"status": out.status})
     if out.ready is not None:
         rsp.desired.composite.ready = READY[out.ready]
+    if out.ready is False:
+        # Not there yet: look again sooner than a settled cluster needs (what is awaited, a class
+        # or a ProviderConfig, is not watched by Crossplane, only polled).
+        rsp.meta.ttl.FromSeconds(UNREADY_TTL_SECONDS)
     response.set_conditions(
         rsp,
         *(

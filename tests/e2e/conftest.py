@@ -41,6 +41,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "existing_only: an end-to-end assertion that holds only for source Existing"
     )
+    config.addinivalue_line(
+        "markers", "drops_pool: runs for the examples that name a pool to drop (E2EExample.drop)"
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -49,10 +52,9 @@ def pytest_collection_modifyitems(config, items):
     keep, drop = [], []
     for item in items:
         example = getattr(getattr(item, "callspec", None), "params", {}).get("deployed")
-        if (
-            item.get_closest_marker("existing_only")
-            and example is not None
-            and not example.existing
+        if example is not None and (
+            (item.get_closest_marker("existing_only") and not example.existing)
+            or (item.get_closest_marker("drops_pool") and example.drop is None)
         ):
             drop.append(item)
         else:

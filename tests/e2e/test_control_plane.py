@@ -44,6 +44,7 @@ from tests.test_api_validation import (
     Case,
     cluster,
 )
+from tests.test_clouds import CAPACITY_BLOCKS, POOL_RESOURCES
 
 PAUSED = {"crossplane.io/paused": "true"}  # Crossplane leaves these XRs alone
 
@@ -316,9 +317,12 @@ class E2EExample:
     composes: tuple[str, ...] = ()
     # The Existing-only assertions (ProviderConfigs from the kubeconfig Secret, cache StorageClass).
     existing: bool = False
+    # A pool to drop from the spec, and the composition keys that are that pool's own.
+    drop: tuple[str, frozenset[str]] | None = None
 
 
-# Switch a cloud example on by adding it here once its source composes and tests/sim/providers.py
+# One example per source and both stacks (the other examples' behaviour is render-tested; each
+# example here costs a minute or two of CI). Switch one on by adding it here once tests/sim/providers.py
 # models every kind it composes (the simulated providers must report them Ready), e.g.
 #   E2EExample("aks"), E2EExample("aks-a10"), E2EExample("eks-on-demand"), E2EExample("gke"),
 #   E2EExample("eks", world=CAPACITY_BLOCKS)   # the World of tests/test_clouds.py
@@ -335,9 +339,23 @@ E2E_EXAMPLES = [
         ),
         existing=True,
     ),
+    E2EExample("existing-dynamo", existing=True),
+    E2EExample(
+        "eks",
+        world=CAPACITY_BLOCKS,
+        composes=("eks.aws.m.upbound.io/NodeGroup", "ec2.aws.m.upbound.io/LaunchTemplate"),
+    ),
+    E2EExample(
+        "gke",
+        composes=("container.gcp.m.upbound.io/NodePool",),
+        drop=("gpu-h100", frozenset(POOL_RESOURCES["gke"][1])),
+    ),
+    E2EExample("aks", composes=("containerservice.azure.m.upbound.io/KubernetesClusterNodePool",)),
+    E2EExample("nebius", composes=("mk8s.nebius.m.upbound.io/NodeGroup",)),
+    E2EExample("vultr", composes=("vke.vultr.m.upbound.io/KubernetesNodePool",)),
 ]
 
-TIMEOUT = 120  # seconds to converge (a cloud example takes under 10 s here; CI is slower)
+TIMEOUT = 300  # seconds to converge (a cloud example takes 10-120 s here; CI may be slower)
 
 
 def secret_refs(spec, key: str = "") -> Iterator[dict]:
@@ -567,7 +585,7 @@ def test_existing_cluster_provider_configs_use_the_kubeconfig_secret(deployed: D
         assert (ref["namespace"], ref["name"], ref["key"]) == (
             SYSTEM_NAMESPACE,
             existing["secretRef"]["name"],
-            existing["secretRef"]["key"],
+            existing["secretRef"].get("key", "kubeconfig"),  # the XRD's default
         )
     status = deployed.get()["status"]
     assert status["cache"]["storageClassName"] == existing["cache"]["storageClassName"]
@@ -643,6 +661,64 @@ def test_deleting_a_class_keeps_every_composed_resource(deployed: Deployed):
         "the XR Ready again with its classes",
     )
     assert set(snapshot(deployed)) == set(before)
+
+
+@pytest.mark.drops_pool
+def test_dropping_a_pool_deletes_exactly_its_resources(deployed: Deployed):
+    """A spec change, the only thing that may remove resources: the dropped pool's own go (the
+    real garbage collector deletes them), everything else stays as it was."""
+    kube = deployed.kube
+    pool, own = deployed.example.drop
+    before = {r["name"]: r for r in deployed.get()["spec"]["crossplane"]["resourceRefs"]}
+    keys = {
+        o["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: o["metadata"]
+        for o in deployed.composed()
+        if o
+    }
+    xr = deployed.get()
+    xr["spec"]["nodePools"] = [p for p in xr["spec"]["nodePools"] if p["name"] != pool]
+    kube.apply(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "InferenceCluster",
+            "metadata": {"name": deployed.name},
+            "spec": xr["spec"],
+        }
+    )
+    gone = {keys[k]["name"] for k in own}
+
+    def dropped() -> bool:
+        refs = {r["name"] for r in deployed.get()["spec"]["crossplane"]["resourceRefs"]}
+        return not (gone & refs) and refs == set(before) - gone
+
+    deployed.until(dropped, f"pool {pool}'s resources to leave the XR")
+    for key in own:
+        meta = keys[key]
+        ref = before[meta["name"]]
+        wait_for(
+            lambda r=ref: kube.get_or_none(
+                r["apiVersion"], r["kind"], r["name"], r.get("namespace", SYSTEM_NAMESPACE)
+            )
+            is None,
+            timeout=TIMEOUT,
+            what=f"{key} to be deleted",
+        )
+    kept = snapshot_refs(deployed, set(before) - gone)
+    assert all(not m.get("deletionTimestamp") for m in kept.values()), kept
+    deployed.xr = xr
+    deployed.refs = [r for r in before.values() if r["name"] not in gone]
+
+
+def snapshot_refs(deployed: Deployed, names: set[str]) -> dict[str, dict]:
+    out = {}
+    for ref in deployed.get()["spec"]["crossplane"]["resourceRefs"]:
+        if ref["name"] in names:
+            obj = deployed.kube.get_or_none(
+                ref["apiVersion"], ref["kind"], ref["name"], ref.get("namespace", SYSTEM_NAMESPACE)
+            )
+            assert obj is not None, ref
+            out[ref["name"]] = obj["metadata"]
+    return out
 
 
 def test_deleting_the_xr_removes_everything_it_composed(deployed: Deployed):

@@ -133,3 +133,13 @@ def test_everything_answered_composes_at_once_and_old_crossplanes_are_never_defe
     req = cluster_request()
     answer_schemas(req, installed=True)
     assert len(run(req).desired.resources) == 2
+
+
+def test_a_settled_cluster_is_looked_at_every_minute_an_unsettled_one_sooner():
+    unsettled = run(cluster_request())
+    assert unsettled.desired.composite.ready == fnv1.READY_FALSE
+    assert unsettled.meta.ttl.seconds == 15
+    _, classes = example("existing")
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(classes[0])  # an InferenceClass is ready at once
+    assert run(req).meta.ttl.seconds == 60
