@@ -16,7 +16,7 @@ from function.clusters.base import (
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs
 from function.models import AKS
-from function.versions import AKS_SYSTEM_VM_SIZE, CLOUD_CHARTS
+from function.versions import AKS_SYSTEM_VM_SIZE
 
 AZURE = "azure.m.upbound.io/v1beta1"
 NETWORK = "network.azure.m.upbound.io/v1beta1"
@@ -221,9 +221,6 @@ class AKSCluster:
 
     def network_operator(self, provider_config: str | None) -> None:
         c = self.cloud
-        key = "release-network-operator"
-        if provider_config is None or not c.on_cluster(key):
-            return
         tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         values = {
             "deployCR": True,
@@ -243,17 +240,7 @@ class AKSCluster:
             "operator": {"tolerations": tolerations},
             "daemonsets": {"tolerations": tolerations},
         }
-        c.add(
-            key,
-            kube.release(
-                c.xr,
-                "network-operator",
-                CLOUD_CHARTS["network-operator"],
-                provider_config,
-                values,
-                policies=kube.ORPHAN,
-            ),
-        )
+        c.install("network-operator", provider_config, values)
 
     def storage_class(self, provider_config: str | None) -> str | None:
         c = self.cloud
@@ -269,5 +256,5 @@ class AKSCluster:
             allowVolumeExpansion=True,
             volumeBindingMode="WaitForFirstConsumer",
         )
-        c.add(key, kube.manifest_object(c.xr, key, manifest, provider_config, policies=kube.ORPHAN))
+        c.put(key, provider_config, manifest)
         return STORAGE_CLASS

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from function import names, providerconfigs
+from function import kube, names, providerconfigs
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs, ObservedResource
 from function.models import Credentials, InferenceClass, NodePool
 from function.output import Desired, Result
 from function.providerconfigs import Identity, SecretKey
+from function.versions import CLOUD_CHARTS
 
 PROVIDER_CONFIG_KEYS = ("provider-config-kubernetes", "provider-config-helm")
 # The requirement under which a cloud's own ProviderConfig is handed over.
@@ -219,6 +220,24 @@ class Cloud:
     def on_cluster(self, key: str) -> bool:
         """Whether an in-cluster resource (release, Object) is composed this time."""
         return self.when(key, self.reachable, "ProviderConfigs")
+
+    def install(self, name: str, provider_config: str | None, values: dict) -> None:
+        """A chart the cloud installs with its cluster (CLOUD_CHARTS[name]) once it is reachable.
+        Orphaned on deletion: it dies with the cluster."""
+        key = f"release-{name}"
+        if provider_config is None or not self.on_cluster(key):
+            return
+        chart = CLOUD_CHARTS[name]
+        body = kube.release(self.xr, name, chart, provider_config, values, policies=kube.ORPHAN)
+        self.add(key, body)
+
+    def put(self, key: str, provider_config: str, manifest: dict, **kw) -> None:
+        """One manifest on the cluster, as a provider-kubernetes Object (orphaned unless told)."""
+        policies = kw.pop("policies", kube.ORPHAN)
+        body = kube.manifest_object(
+            self.xr, key, manifest, provider_config, policies=policies, **kw
+        )
+        self.add(key, body)
 
     # --- pools ----------------------------------------------------------------------------------
 

@@ -25,7 +25,6 @@ from function.inputs import Inputs
 from function.models import EKS
 from function.output import Result
 from function.versions import (
-    CLOUD_CHARTS,
     EKS_ADDONS,
     EKS_GPU_AMI,
     EKS_SYSTEM_AMI,
@@ -596,9 +595,6 @@ class EKSCluster:
 
     def autoscaler(self, provider_config: str | None) -> None:
         c = self.cloud
-        key = "release-cluster-autoscaler"
-        if provider_config is None or not c.on_cluster(key):
-            return
         values = {
             "cloudProvider": "aws",
             "awsRegion": self.region,
@@ -611,37 +607,14 @@ class EKSCluster:
                 "enable-dynamic-resource-allocation": True,
             },
         }
-        c.add(
-            key,
-            kube.release(
-                c.xr,
-                "cluster-autoscaler",
-                CLOUD_CHARTS["cluster-autoscaler"],
-                provider_config,
-                values,
-                policies=kube.ORPHAN,
-            ),
-        )
+        c.install("cluster-autoscaler", provider_config, values)
 
     def efa_dra_driver(self, provider_config: str | None) -> None:
         c = self.cloud
-        key = "release-efa-dra-driver"
-        if provider_config is None or not c.on_cluster(key):
-            return
         values = {
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         }
-        c.add(
-            key,
-            kube.release(
-                c.xr,
-                "efa-dra-driver",
-                CLOUD_CHARTS["efa-dra-driver"],
-                provider_config,
-                values,
-                policies=kube.ORPHAN,
-            ),
-        )
+        c.install("efa-dra-driver", provider_config, values)
 
     def storage_class(self, provider_config: str | None) -> str | None:
         c = self.cloud
@@ -661,10 +634,7 @@ class EKSCluster:
                 reclaimPolicy="Delete",
                 volumeBindingMode="Immediate",
             )
-            c.add(
-                key,
-                kube.manifest_object(c.xr, key, manifest, provider_config, policies=kube.ORPHAN),
-            )
+            c.put(key, provider_config, manifest)
 
         fs = c.observed("efs-filesystem")
         c.keep_or_build(

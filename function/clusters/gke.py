@@ -293,8 +293,7 @@ class GKECluster:
                 volumeBindingMode="Immediate",
                 allowVolumeExpansion=True,
             )
-            body = kube.manifest_object(c.xr, key, manifest, provider_config, policies=kube.ORPHAN)
-            c.add(key, body)
+            c.put(key, provider_config, manifest)
 
         name = (network.external_name or network.get("metadata", "name")) if network else None
         c.keep_or_build(

@@ -35,7 +35,7 @@ from function.inputs import Inputs
 from function.models import Nebius, NodePool
 from function.output import Result
 from function.providerconfigs import Identity
-from function.versions import CLOUD_CHARTS, NEBIUS_SYSTEM_PLATFORM, NEBIUS_SYSTEM_PRESET
+from function.versions import NEBIUS_SYSTEM_PLATFORM, NEBIUS_SYSTEM_PRESET
 
 API_GROUP = "nebius.m.upbound.io"
 VPC = "vpc.nebius.m.upbound.io/v1beta1"
@@ -370,9 +370,6 @@ class NebiusCluster:
     def csi_driver(self, provider_config: str | None) -> None:
         """Nebius's csi-mounted-fs-path driver: RWX volumes from directories on the mount."""
         c = self.cloud
-        key = "release-csi-mounted-fs-path"
-        if provider_config is None or not c.on_cluster(key):
-            return
         values = {
             "dataDir": DATA_DIR,
             # The node plugin must run on the GPU nodes, where the engines mount cache volumes.
@@ -380,17 +377,7 @@ class NebiusCluster:
                 {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
             ],
         }
-        c.add(
-            key,
-            kube.release(
-                c.xr,
-                "csi-mounted-fs-path",
-                CLOUD_CHARTS["csi-mounted-fs-path"],
-                provider_config,
-                values,
-                policies=kube.ORPHAN,
-            ),
-        )
+        c.install("csi-mounted-fs-path", provider_config, values)
 
     def storage_class(self, provider_config: str | None) -> str | None:
         c = self.cloud
@@ -404,7 +391,7 @@ class NebiusCluster:
             # The volume is a directory on the node's mount: provision it where the pod lands.
             volumeBindingMode="WaitForFirstConsumer",
         )
-        c.add(key, kube.manifest_object(c.xr, key, manifest, provider_config, policies=kube.ORPHAN))
+        c.put(key, provider_config, manifest)
         return STORAGE_CLASS
 
 

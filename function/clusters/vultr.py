@@ -10,7 +10,7 @@ through initProvider, like the inline system pool, which VKE only reads at creat
 No RWX storage: Vultr File System cannot attach to GPU nodes, so status.cache stays unset.
 """
 
-from function import kube, names, shapes
+from function import names, shapes
 from function.clusters.base import (
     GPU_TAINT,
     NO_LATE_INIT,
@@ -166,9 +166,4 @@ class VultrCluster:
         if provider_config is None or not c.on_cluster(key):
             return
         manifest = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": dict(VALIDATOR)}
-        c.add(
-            key,
-            kube.manifest_object(
-                c.xr, key, manifest, provider_config, policies=OBSERVE_ONLY, ready_when=VALIDATED
-            ),
-        )
+        c.put(key, provider_config, manifest, policies=OBSERVE_ONLY, ready_when=VALIDATED)
