@@ -88,33 +88,46 @@ def composite_of(struct: Struct) -> dict:
     return out
 
 
-class RequiredResources(Mapping[str, list[dict]]):
-    """Required resources by requirement name, converted to dicts when a renderer reads them; of
-    a list of every InferenceClass, only those the pools name."""
+class ConvertedOnRead(Mapping):
+    """A protobuf map read as a Mapping, each value converted the first time it is read."""
 
-    def __init__(self, req: fnv1.RunFunctionRequest, composite: dict) -> None:
-        self._required = req.required_resources
-        self._classes = referenced_classes(composite)
-        self._cache: dict[str, list[dict]] = {}
+    def __init__(self, source) -> None:
+        self._source = source
+        self._cache: dict = {}
 
-    def __getitem__(self, name: str) -> list[dict]:
-        if name not in self._cache:
-            if name not in self._required:
-                raise KeyError(name)
-            items = self._required[name].items
-            if name == names.ALL_CLASSES_REQUIREMENT:
-                items = [i for i in items if _struct_name(i.resource) in self._classes]
-            self._cache[name] = [resource.struct_to_dict(i.resource) for i in items]
-        return self._cache[name]
+    def _convert(self, key: str, value):
+        raise NotImplementedError
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._required
+    def __getitem__(self, key: str):
+        if key not in self._cache:
+            if key not in self._source:
+                raise KeyError(key)
+            self._cache[key] = self._convert(key, self._source[key])
+        return self._cache[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._source
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._required))
+        return iter(sorted(self._source))
 
     def __len__(self) -> int:
-        return len(self._required)
+        return len(self._source)
+
+
+class RequiredResources(ConvertedOnRead):
+    """Required resources by requirement name, as dicts; of a list of every InferenceClass, only
+    those the pools name."""
+
+    def __init__(self, req: fnv1.RunFunctionRequest, composite: dict) -> None:
+        super().__init__(req.required_resources)
+        self._classes = referenced_classes(composite)
+
+    def _convert(self, key: str, value) -> list[dict]:
+        items = value.items
+        if key == names.ALL_CLASSES_REQUIREMENT:
+            items = [i for i in items if _struct_name(i.resource) in self._classes]
+        return [resource.struct_to_dict(i.resource) for i in items]
 
 
 def required_resources(req: fnv1.RunFunctionRequest, composite: dict) -> RequiredResources:
@@ -228,31 +241,11 @@ def _python(node):
     return None if kind in (None, "null_value") else getattr(node, kind)
 
 
-class ObservedResources(Mapping[str, ObservedResource]):
-    """Observed composed resources, converted from protobuf only when a renderer reads one."""
+class ObservedResources(ConvertedOnRead):
+    """Observed composed resources, wrapped (not converted) when a renderer reads one."""
 
-    def __init__(self, resources) -> None:
-        self._resources = resources
-        self._cache: dict[str, ObservedResource] = {}
-
-    def __getitem__(self, key: str) -> ObservedResource:
-        if key not in self._cache:
-            if key not in self._resources:
-                raise KeyError(key)
-            observed = self._resources[key]
-            self._cache[key] = StructResource(
-                observed.resource, frozenset(observed.connection_details.keys())
-            )
-        return self._cache[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._resources
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._resources))
-
-    def __len__(self) -> int:
-        return len(self._resources)
+    def _convert(self, key: str, value) -> ObservedResource:
+        return StructResource(value.resource, frozenset(value.connection_details.keys()))
 
 
 def observed(req: fnv1.RunFunctionRequest, composite: dict) -> Observed:
