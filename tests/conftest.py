@@ -1,6 +1,9 @@
-"""Shared fixtures: the real crossplane CLI, the real provider CRDs, and the repository's paths.
+"""Shared fixtures: the real crossplane CLI, the real provider CRDs, the runtime image, and the
+repository's paths.
 
-Nothing here skips: a missing tool or CRD folder is a failure (make test builds the tools first).
+Nothing here skips but the runtime image, which needs root and mmdebstrap: without them CI fails,
+and elsewhere what needs the image skips with what is missing. A missing tool or CRD folder is a
+failure (make test builds the tools first).
 """
 
 import os
@@ -8,6 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.tools import image
 
 ROOT = Path(__file__).resolve().parent.parent
 APIS = ROOT / "apis"
@@ -56,6 +61,30 @@ def validate_cache(tmp_path_factory) -> Path:
     for crd in (crds_dir() / "crossplane").glob("*.yaml"):
         shutil.copy(crd, seeded / crd.name)
     return cache
+
+
+def require_image_host() -> None:
+    """Skip (fail in CI) unless this host can build and run the runtime image."""
+    missing = image.build_host_missing()
+    if missing is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI: {missing}; .ci/run must provide it")
+    pytest.skip(missing)
+
+
+@pytest.fixture(scope="session")
+def image_sources(tmp_path_factory) -> image.Sources:
+    """One snapshot of what the image is built from, with one SOURCE_DATE_EPOCH, for the session."""
+    require_image_host()
+    return image.snapshot(tmp_path_factory.mktemp("image-src"))
+
+
+@pytest.fixture(scope="session")
+def runtime_image(image_sources, tmp_path_factory) -> image.Image:
+    """`make image`, once per session: tests/test_image.py and the e2e control plane share it."""
+    out = tmp_path_factory.mktemp("image-a")
+    return image.read_image(image.build(image_sources, out))
 
 
 @pytest.hookimpl(trylast=True)

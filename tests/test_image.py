@@ -1,29 +1,29 @@
 """The runtime image: built without Docker (`make image`), reproducible, and runnable as packaged.
 
-`make image` (hack/image/build-image.sh) runs twice, at the same time, into two temporary PKG_OUTs
-with their own work folders, from one snapshot of the sources and one SOURCE_DATE_EPOCH (so edits or
-commits made meanwhile cannot move a digest); both tarballs must be identical. The image is then
+`make image` (hack/image/build-image.sh) runs twice into two temporary PKG_OUTs with their own work
+folders, from one snapshot of the sources and one SOURCE_DATE_EPOCH (so edits or commits made
+meanwhile cannot move a digest); both tarballs must be identical. The first build is the session's
+(tests/conftest.py), which the e2e control plane runs its function from too. The image is then
 unpacked from the tarball and, after `make package` embedded it, from the function .xpkg, like a
 container runtime does: each layer of manifest.json in order, owners kept. Its entrypoint runs with
 the image's own config (entrypoint, user, PATH) in fresh mount, PID, IPC and UTS namespaces, on a
 read-only bind of the root with a new /proc, a tmpfs /dev and /tmp, chrooted as the image's user, and
-answers real RunFunction calls on a loopback port. It is stopped by its PID.
+answers real RunFunction calls on a loopback port. It is stopped by its PID (tests/tools/image.py).
 
 Building needs root and mmdebstrap (`.ci/run` installs it). Without them CI fails, and elsewhere the
 tests skip with what is missing.
 """
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import re
 import shutil
 import signal
 import subprocess
-import tarfile
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,85 +35,19 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from tests.builders import all_classes, example
 from tests.conftest import ROOT
+from tests.tools import image as images
+from tests.tools.image import Image
 from tests.tools.server import free_port, wait_for_port
 
-IMAGE_INPUTS = ("pyproject.toml", "README.md", "function")  # what build-image.sh reads
-TOOLS = ("mmdebstrap", "dpkg-deb", "unshare", "chroot", "mount", "mknod", "tar", "git", "make")
-MAKE = ("make", "--no-print-directory", "-C", str(ROOT))
+MAKE = images.MAKE
 DEBIAN_PYTHON = {"12": "3.11", "13": "3.13"}  # python3 of each Debian release
 
 
-def _require_build_host() -> None:
-    missing = [f"`{tool}`" for tool in TOOLS if not shutil.which(tool)]
-    if os.geteuid() != 0:
-        missing.insert(0, "root (mmdebstrap's root mode, chroot, unshare and mount need it)")
-    if not missing:
-        return
-    message = "building and running the image needs " + " and ".join(missing)
-    if "`mmdebstrap`" in missing:
-        message += " (apt-get install --no-install-recommends mmdebstrap)"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI: {message}; .ci/run must provide it")
-    pytest.skip(message)
-
-
-def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
-    result = subprocess.run(args, capture_output=True, text=True, check=False, **kwargs)
-    assert result.returncode == 0, f"{' '.join(args)}\n{result.stdout}\n{result.stderr}"
-    return result
-
-
-@dataclasses.dataclass
-class Image:
-    tarball: Path
-    manifest: str  # the OCI manifest digest, from index.json
-    config: dict
-
-    @property
-    def settings(self) -> dict:
-        return self.config["config"]
-
-
-def _config(archive: Path) -> dict:
-    """The image config of a `docker save` style archive (an image tarball or an .xpkg)."""
-    with tarfile.open(archive) as tar:
-        [docker] = json.load(tar.extractfile("manifest.json"))
-        return json.load(tar.extractfile(docker["Config"]))
-
-
-def _read_image(tarball: Path) -> Image:
-    with tarfile.open(tarball) as tar:
-        [manifest] = json.load(tar.extractfile("index.json"))["manifests"]
-    return Image(tarball, manifest["digest"], _config(tarball))
-
-
 @pytest.fixture(scope="session")
-def image_builds(tmp_path_factory) -> tuple[Image, Image]:
-    """Two `make image` runs from one snapshot of the sources, in parallel."""
-    _require_build_host()
-    snapshot = tmp_path_factory.mktemp("image-src")
-    for name in IMAGE_INPUTS:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, snapshot / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(path, snapshot / name)
-    epoch = os.environ.get("SOURCE_DATE_EPOCH") or (
-        _run(["git", "-C", str(ROOT), "log", "-1", "--format=%ct"]).stdout.strip()
-    )
-    outs = [tmp_path_factory.mktemp(f"image-{n}") for n in ("a", "b")]
-
-    def build(out: Path) -> Path:
-        _run(
-            [*MAKE, "image", f"PKG_OUT={out}", f"IMAGE_SRC={snapshot}"],
-            env={**os.environ, "SOURCE_DATE_EPOCH": epoch},
-            timeout=600,
-        )
-        return out / "image" / "runtime-amd64.tar"
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        a, b = pool.map(build, outs)
-    return _read_image(a), _read_image(b)
+def image_builds(runtime_image, image_sources, tmp_path_factory) -> tuple[Image, Image]:
+    """The session's `make image`, and a second one from the same snapshot and epoch."""
+    again = images.build(image_sources, tmp_path_factory.mktemp("image-b"))
+    return runtime_image, images.read_image(again)
 
 
 @pytest.fixture(scope="session")
@@ -138,29 +72,13 @@ def test_two_builds_give_the_same_bytes(image_builds):
     assert _sha256(a.tarball) == _sha256(b.tarball)
 
 
-def _unpack(archive: Path, root: Path) -> Path:
-    """The layers of a `docker save` style archive, in order, as a container runtime lays them out."""
-    root.mkdir()
-    with tarfile.open(archive) as tar:
-        [docker] = json.load(tar.extractfile("manifest.json"))
-        for layer in docker["Layers"]:
-            untar = subprocess.Popen(
-                ["tar", "-xzp", "--numeric-owner", "-C", str(root), "-f", "-"],
-                stdin=subprocess.PIPE,
-            )
-            with untar.stdin:
-                shutil.copyfileobj(tar.extractfile(layer), untar.stdin, 1 << 20)
-            assert untar.wait(timeout=120) == 0, f"tar could not unpack {layer}"
-    return root
-
-
 @pytest.fixture(scope="session")
 def function_xpkg(image, tmp_path_factory, crossplane) -> Path:
     """`make package` with the image at its place in PKG_OUT, so it is embedded."""
     out = tmp_path_factory.mktemp("pkg-with-image")
     (out / "image").mkdir()
     shutil.copy(image.tarball, out / "image" / "runtime-amd64.tar")
-    _run(
+    images.run(
         [*MAKE, "package", f"PKG_OUT={out}", f"CROSSPLANE={crossplane}"],
         timeout=300,
     )
@@ -174,12 +92,12 @@ def unpacked(request, image, tmp_path_factory) -> tuple[Path, dict]:
         archive = image.tarball
     else:
         archive = request.getfixturevalue("function_xpkg")
-    root = _unpack(archive, tmp_path_factory.mktemp(f"rootfs-{request.param}") / "root")
-    return root, _config(archive)["config"]
+    unpacked = images.rootfs(archive, tmp_path_factory.mktemp(f"rootfs-{request.param}") / "root")
+    return unpacked.root, unpacked.settings
 
 
 def test_xpkg_carries_the_image_layers_unchanged(image, function_xpkg):
-    config = _config(function_xpkg)
+    config = images.config(function_xpkg)
     ours = image.config["rootfs"]["diff_ids"]
     assert config["rootfs"]["diff_ids"][: len(ours)] == ours
     for key in ("Entrypoint", "User", "ExposedPorts", "WorkingDir", "Env"):
@@ -187,33 +105,6 @@ def test_xpkg_carries_the_image_layers_unchanged(image, function_xpkg):
 
 
 # --- running it -----------------------------------------------------------------------------------
-
-# Inside the namespaces: a read-only bind of the root, a new /proc, a tmpfs /dev with the usual
-# nodes, a tmpfs /tmp; then the entrypoint, chrooted as the image's user, with only the image's Env.
-START = r"""
-set -eu
-root=$1; shift
-mount --bind "$root" "$root"
-mount -o remount,bind,ro "$root"
-mount -t proc proc "$root/proc"
-mount -t tmpfs -o mode=0755,size=1m tmpfs "$root/dev"
-for node in null:3 zero:5 full:7 random:8 urandom:9; do
-  mknod -m 0666 "$root/dev/${node%:*}" c 1 "${node#*:}"
-done
-mount -t tmpfs -o mode=1777,size=16m tmpfs "$root/tmp"
-exec env -i "$@"
-"""
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                stat = (entry / "stat").read_text()
-                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-    return found
 
 
 @dataclasses.dataclass
@@ -225,40 +116,23 @@ class Running:
 @contextlib.contextmanager
 def run_image(root: Path, settings: dict, log: Path) -> Iterator[Running]:
     port = free_port()
-    chroot = [shutil.which("chroot"), f"--userspec={settings['User']}", str(root)]
-    command = [*settings["Entrypoint"], "--insecure", f"--address=127.0.0.1:{port}"]
+    argv = images.command(
+        images.Rootfs(root, settings), ["--insecure", f"--address=127.0.0.1:{port}"]
+    )
     with open(log, "wb") as out:
         unshare = subprocess.Popen(
-            [
-                *("unshare", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child"),
-                *("sh", "-c", START, "start", str(root)),
-                *(*settings["Env"], "HOME=/home/nonroot", *chroot, *command),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
         )
     pid = None
     try:
         try:
             wait_for_port(port, unshare, timeout=60)
-        except (RuntimeError, TimeoutError) as e:
+            pid = images.entrypoint_pid(unshare.pid)
+        except (RuntimeError, TimeoutError, LookupError) as e:
             pytest.fail(f"the image's entrypoint did not serve: {e}\n{log.read_text()}")
-        [pid] = _children(unshare.pid)
         yield Running(f"127.0.0.1:{port}", pid)
     finally:
-        # util-linux unshare ignores SIGTERM while it waits, so stop the function by its PID.
-        for pid_ in [pid] if pid else _children(unshare.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid_, signal.SIGTERM)
-        try:
-            unshare.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            for pid_ in _children(unshare.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid_, signal.SIGKILL)
-            unshare.kill()
-            unshare.wait()
+        images.stop(unshare, pid)
 
 
 def _status_ids(pid: int) -> tuple[str, str]:
@@ -310,6 +184,57 @@ def test_the_image_answers_run_function(unpacked, tmp_path):
         resource.struct_to_dict(r.resource)["kind"] for r in cluster_rsp.desired.resources.values()
     }
     assert "ClusterProviderConfig" in kinds, kinds
+
+
+# A runner that starts the image as the e2e control plane does (a parent-death signal on the outer
+# process), says the PIDs, and waits to be killed.
+RUNNER = """
+import ctypes, json, signal, subprocess, sys
+from tests.tools import image
+die = lambda: ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+outer = subprocess.Popen(json.loads(sys.argv[1]), stdout=subprocess.DEVNULL, preexec_fn=die)
+print(image.entrypoint_pid(outer.pid), flush=True)
+outer.wait()
+"""
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_entrypoint_dies_with_a_killed_runner(unpacked):
+    """The kernel clears the entrypoint's own parent-death signal when chroot switches user: the
+    PID namespace around it still dies with the process that started it, even on SIGKILL."""
+    root, settings = unpacked
+    argv = images.command(images.Rootfs(root, settings), ["--insecure", "--address=127.0.0.1:0"])
+    runner = subprocess.Popen(
+        [sys.executable, "-c", RUNNER, json.dumps(argv)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pid = int(runner.stdout.readline())
+        user, deadline = tuple(settings["User"].split(":")), time.monotonic() + 30
+        while _status_ids(pid) != user:  # until chroot switched to the image's user
+            assert time.monotonic() < deadline, f"PID {pid} did not become {user}"
+            time.sleep(0.05)
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=10)
+        assert _gone(pid), f"the entrypoint (PID {pid}) outlived its runner"
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        runner.stdout.close()
 
 
 # --- the Dockerfile and the image agree -----------------------------------------------------------

@@ -7,8 +7,12 @@ It starts, in this order and each on a free 127.0.0.1 port, with a bounded wait 
 3. Crossplane core's own CRDs, exactly the ones of the core version built (from that module's copy in
    the Go module cache), plus the extra CRDs asked for (provider and workload CRDs);
 4. Crossplane core (`--package-runtime=External`, webhooks off, mTLS client certificates);
-5. the function (`python -m function --tls-certs-dir ...`), and a paused FunctionRevision labelled
-   with the Composition's functionRef name whose status points at it (endpoint + capabilities);
+5. the function, and a paused FunctionRevision labelled with the Composition's functionRef name
+   whose status points at it (endpoint + capabilities). The function runs from the runtime image
+   when one is given (an unpacked root, tests/tools/image.py: the image's entrypoint, as its user,
+   in fresh namespaces on a read-only root, its TLS folder bind-mounted read-only at /tls/server
+   and named by TLS_SERVER_CERTS_DIR as Crossplane's package runtime does), else from this
+   checkout (`python -m function --tls-certs-dir ...`);
 6. the XRDs (waiting for Crossplane to establish the CRDs it generates) and other manifests;
 7. kube-controller-manager (garbage collector and namespace controllers) LAST, so the garbage
    collector discovers every kind at start instead of up to 30 s after it appears.
@@ -30,6 +34,7 @@ import ipaddress
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import ssl
@@ -50,6 +55,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.e2e.kube import ApiError, Kube, condition, wait_for
+from tests.tools import image as images
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tests" / "tools" / "controlplane"
@@ -58,6 +64,7 @@ CROSSPLANE_NAMESPACE = "crossplane-system"
 CROSSPLANE_MODULE = "github.com/crossplane/crossplane/v2"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "crossplane-core")
 LOCALHOST = "127.0.0.1"
+IMAGE_TLS_DIR = "/tls/server"  # where the function's certificate folder is mounted in the image
 
 
 class StartupError(RuntimeError):
@@ -275,10 +282,13 @@ class Process:
     name: str
     popen: subprocess.Popen
     log: Path
+    # The program's own PID when popen is a wrapper that does not pass SIGTERM on (the unshare
+    # around the function's image): that is the PID stopped.
+    main_pid: int | None = None
 
     @property
     def pid(self) -> int:
-        return self.popen.pid
+        return self.main_pid or self.popen.pid
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -291,13 +301,15 @@ class Process:
         return "\n".join(text[-lines:])
 
     def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM this PID, then SIGKILL after grace seconds."""
+        """SIGTERM this PID, then SIGKILL after grace seconds (the wrapper too, if any)."""
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                self.popen.send_signal(signal.SIGTERM)
+                os.kill(self.pid, signal.SIGTERM)
             try:
                 self.popen.wait(timeout=grace)
             except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
                 with contextlib.suppress(ProcessLookupError):
                     self.popen.kill()
                 self.popen.wait(timeout=10)
@@ -318,7 +330,7 @@ class ControlPlane:
     """etcd + kube-apiserver + Crossplane core + the function + kube-controller-manager.
 
     Use as a context manager; `kube` is a client with cluster-admin rights, `kubeconfig` a file
-    for other tools.
+    for other tools. With `image` (an unpacked runtime image; root only), the function runs from it.
     """
 
     def __init__(
@@ -330,8 +342,10 @@ class ControlPlane:
         manifests: Sequence[Path] = (),
         namespaces: Sequence[str] = (SYSTEM_NAMESPACE,),
         timeout: float = 120.0,
+        image: images.Rootfs | None = None,
     ):
         self.workdir = workdir.resolve()
+        self.image = image
         self.crds, self.xrds, self.manifests = list(crds), list(xrds), list(manifests)
         self.namespaces = list(namespaces)
         self.timeout = timeout
@@ -595,26 +609,53 @@ class ControlPlane:
 
         self.wait_ready(proc, ready, 60, "/readyz")
 
+    def _image_certs(self) -> Path:
+        """A copy of the function's certificate folder owned by the image's user (the key is 0600)."""
+        assert self.image is not None
+        uid, gid = self.image.ids
+        folder = self.pki.root / "function-image"
+        shutil.copytree(self.function_certs, folder)
+        for path in (folder, *folder.iterdir()):
+            os.chown(path, uid, gid)
+        folder.chmod(0o500)
+        return folder
+
     def _function(self) -> None:
         endpoint = f"{LOCALHOST}:{self.ports.function}"
-        proc = self.spawn(
-            "function",
-            [
-                sys.executable,
-                "-m",
+        if self.image is None:
+            proc = self.spawn(
                 "function",
-                "--debug",
-                f"--tls-certs-dir={self.function_certs}",
-                f"--address={endpoint}",
-            ],
-            env={"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)},
-        )
+                [
+                    sys.executable,
+                    "-m",
+                    "function",
+                    "--debug",
+                    f"--tls-certs-dir={self.function_certs}",
+                    f"--address={endpoint}",
+                ],
+                env={"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)},
+            )
+        else:
+            proc = self.spawn(
+                "function",
+                images.command(
+                    self.image,
+                    ["--debug", f"--address={endpoint}"],
+                    binds=[(self._image_certs(), IMAGE_TLS_DIR)],
+                    env=[f"TLS_SERVER_CERTS_DIR={IMAGE_TLS_DIR}"],
+                ),
+            )
 
         def listening() -> bool:
             with socket.create_connection((LOCALHOST, self.ports.function), 0.5):
                 return True
 
-        self.wait_ready(proc, listening, 30, f"listening on {endpoint}")
+        self.wait_ready(proc, listening, 60, f"listening on {endpoint}")
+        if self.image is not None:
+            try:
+                proc.main_pid = images.entrypoint_pid(proc.popen.pid)
+            except LookupError as e:
+                raise StartupError(f"function: {e}\n{proc.tail()}") from None
 
         # Core finds a function by its active revision's label and dials status.endpoint with
         # mTLS. The revision is paused, so no package manager pulls its (unreachable) image.
@@ -740,14 +781,16 @@ class ControlPlane:
 # --- Interactive use. -----------------------------------------------------------------------------
 
 
-def project_control_plane(workdir: Path) -> ControlPlane:
-    """The control plane the e2e tests use: this project's XRDs, Compositions and the CRDs."""
+def project_control_plane(workdir: Path, image: images.Rootfs | None = None) -> ControlPlane:
+    """The control plane the e2e tests use: this project's XRDs, Compositions and the CRDs, and
+    the function from the unpacked runtime image if one is given."""
     crds_dir = Path(os.environ.get("CRDS_DIR") or ROOT.parent / "shared" / "crds").resolve()
     return ControlPlane(
         workdir,
         crds=provider_crds(crds_dir),
         xrds=sorted((ROOT / "apis").glob("*/definition.yaml")),
         manifests=sorted((ROOT / "compositions").glob("*.yaml")),
+        image=image,
     )
 
 
@@ -765,9 +808,16 @@ def provider_crds(crds_dir: Path) -> list[Path]:
 def main() -> None:  # pragma: no cover - a developer's tool
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, help="default: a new temporary folder")
+    parser.add_argument(
+        "--image",
+        type=Path,
+        help="run the function from this runtime image tarball (`make image`; root only)",
+    )
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="controlplane-"))
-    with project_control_plane(workdir) as cp:
+    workdir.mkdir(parents=True, exist_ok=True)
+    rootfs = images.rootfs(args.image, workdir / "rootfs") if args.image else None
+    with project_control_plane(workdir, rootfs) as cp:
         print(f"up in {cp.timings['total']:.1f}s: {json.dumps(cp.timings)}")
         print(f"export KUBECONFIG={cp.kubeconfig}   # logs in {workdir / 'logs'}; Ctrl-C stops")
         with contextlib.suppress(KeyboardInterrupt):

@@ -7,7 +7,8 @@ What is proven here and nowhere else:
 - admission by the real API server, on the CRDs Crossplane itself generates from apis/: every
   example manifest is accepted, every invalid case of tests/test_api_validation.py is rejected with
   its message, and the immutability rules (the real `oldSelf`) reject real updates;
-- an example end to end: Crossplane calls the function over mTLS, fetches the InferenceClasses for
+- an example end to end: Crossplane calls the function over mTLS (the function running from the
+  runtime image, when the host can build it), fetches the InferenceClasses for
   it through the real requirements loop, applies what it composes (admitted by the real provider
   CRDs), and the XR reaches Ready with its status complete once the simulated providers report;
 - safety under the real garbage collector: deleting an InferenceClass keeps every composed
@@ -19,18 +20,22 @@ composes (see the comment on the list).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import ipaddress
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import EXAMPLES
-from tests.e2e.controlplane import SYSTEM_NAMESPACE, ControlPlane
+from tests.e2e.controlplane import IMAGE_TLS_DIR, SYSTEM_NAMESPACE, ControlPlane, function_name
 from tests.e2e.kube import ApiError, Kube, condition, wait_for
 from tests.e2e.simulator import Kind, Simulator
 from tests.sim import providers
@@ -45,6 +50,7 @@ from tests.test_api_validation import (
     cluster,
 )
 from tests.test_clouds import CAPACITY_BLOCKS, POOL_RESOURCES
+from tests.tools import image
 
 PAUSED = {"crossplane.io/paused": "true"}  # Crossplane leaves these XRs alone
 
@@ -541,6 +547,64 @@ def test_crossplane_composes_through_the_function_over_mtls(deployed: Deployed):
         assert [(o["kind"], o["uid"]) for o in controllers] == [
             ("InferenceCluster", xr["metadata"]["uid"])
         ]
+
+
+def local_address(field: str) -> tuple[str, int]:
+    """host, port of a /proc/net/tcp{,6} address (32-bit words in host byte order, little endian
+    here); an IPv4-mapped IPv6 address as its IPv4 address (gRPC listens on an IPv6 socket)."""
+    hex_ip, _, hex_port = field.partition(":")
+    raw = bytes.fromhex(hex_ip)
+    ip = ipaddress.ip_address(b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)))
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return str(ip), int(hex_port, 16)
+
+
+def listening_pids(host: str, port: int) -> list[int]:
+    """The PIDs holding the TCP socket that listens on host:port (this network namespace)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and local_address(fields[1]) == (host, port):  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    pids = set()
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):
+            if os.readlink(fd) in inodes:
+                pids.add(int(fd.parts[2]))
+    return sorted(pids)
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the SDK's debug log is colored
+
+
+@pytest.mark.existing_only
+def test_crossplane_calls_the_function_in_the_runtime_image(
+    deployed: Deployed, control_plane: ControlPlane, kube: Kube, function_image
+):
+    """The endpoint core dials (the FunctionRevision's) is served by the image's entrypoint, which
+    the runner started from the unpacked image as its user, and that process composed this XR."""
+    if function_image is None:
+        pytest.skip(image.build_host_missing() or "no runtime image")
+    revision = kube.get("pkg.crossplane.io/v1", "FunctionRevision", f"{function_name()}-local")
+    host, port = revision["status"]["endpoint"].rsplit(":", 1)
+    function = control_plane.process("function")
+    pid = function.pid
+    assert listening_pids(host, int(port)) == [pid], f"{host}:{port} is not served by PID {pid}"
+    assert os.path.samefile(f"/proc/{pid}/root", function_image.root)
+    status = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    assert (int(status["Uid"].split()[0]), int(status["Gid"].split()[0])) == function_image.ids
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    assert function_image.settings["Entrypoint"][0] in cmdline, cmdline
+    mountinfo = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    mounts = {f[4]: f[5].split(",") for f in map(str.split, mountinfo)}  # the topmost of each
+    assert "ro" in mounts["/"] and "ro" in mounts[IMAGE_TLS_DIR], mounts
+    log = ANSI.sub("", function.log.read_text(errors="replace")).splitlines()
+    composed = re.compile(rf"\bcomposed\b.*\bname={re.escape(deployed.name)}(\s|$)")
+    assert [line for line in log if composed.search(line)], function.tail()
 
 
 def test_classes_come_through_the_requirements_loop(deployed: Deployed):

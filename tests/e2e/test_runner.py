@@ -81,6 +81,30 @@ def test_stop_ends_every_process_newest_first(tmp_path, monkeypatch):
     cp.stop()  # again: nothing left to do, no error
 
 
+# A wrapper that ignores SIGTERM while its program runs, as util-linux unshare does around the image's
+# entrypoint; it says the program's PID.
+WRAPPER = (
+    "import signal, subprocess, sys; p = subprocess.Popen(['sleep', '60']); "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(p.pid, flush=True); sys.exit(p.wait())"
+)
+
+
+def test_stop_signals_the_program_inside_a_wrapper(tmp_path):
+    cp = ControlPlane(tmp_path)
+    (tmp_path / "logs").mkdir()
+    wrapped = cp.spawn("function", [sys.executable, "-c", WRAPPER])
+    deadline = time.monotonic() + 20
+    while not wrapped.tail().strip().isdigit():
+        assert time.monotonic() < deadline, "the wrapper did not start its program"
+        time.sleep(0.05)
+    wrapped.main_pid = int(wrapped.tail())
+    assert wrapped.pid == wrapped.main_pid != wrapped.popen.pid
+    began = time.monotonic()
+    cp.stop()
+    assert time.monotonic() - began < 5, "stopped by SIGKILL after the grace period, not SIGTERM"
+    assert wait_gone([wrapped.main_pid, wrapped.popen.pid]) == []
+
+
 def test_a_failed_start_stops_what_was_started(tmp_path, monkeypatch):
     cp = ControlPlane(tmp_path)
     started = []
