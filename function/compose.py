@@ -113,7 +113,7 @@ def carry_forward(observed: Observed, desired: dict[str, Desired]) -> dict[str, 
 
 def _carried_ready(res: ObservedResource) -> bool:
     # ProviderConfigs have no Ready condition; existing is all they need.
-    return res.ready or str(res.body.get("kind", "")).endswith("ProviderConfig")
+    return res.ready or str(res.get("kind") or "").endswith("ProviderConfig")
 
 
 def cluster_condition(cluster: clusters.ClusterFacts) -> Condition:

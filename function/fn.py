@@ -1,19 +1,21 @@
-"""The gRPC entry point: decode the request, dispatch on the composite's kind, encode the answer.
+"""The entry point: decode the request, dispatch on the composite's kind, encode the answer.
 
-All composition logic lives in compose.py and the renderers; this module only touches protobuf.
+All composition logic lives in compose.py and the renderers; this module and wire.py alone touch
+protobuf. The server hands over request bytes and sends back the bytes answer() writes; in-process
+callers (tests, the v1beta1 service) go through the same path from and to messages.
 """
 
+import contextlib
 import marshal
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 
 import grpc
-from crossplane.function import logging, request, resource, response
+from crossplane.function import logging, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
-from google.protobuf.struct_pb2 import ListValue, Struct, Value
+from google.protobuf import struct_pb2
 
-from function import names
+from function import names, wire
 from function.compose import compose_class, compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.output import BadInput, Output, shown
@@ -25,6 +27,7 @@ SEVERITY = {
 }
 READY = {True: fnv1.READY_TRUE, False: fnv1.READY_FALSE}
 UNREADY_TTL_SECONDS = 15
+SETTLED_TTL_SECONDS = int(response.DEFAULT_TTL.total_seconds())
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
@@ -36,40 +39,85 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
     ) -> fnv1.RunFunctionResponse:
-        rsp = response.to(req)
-        composite = composite_of(req.observed.composite.resource)
-        kind = composite.get("kind")
-        name = composite.get("metadata", {}).get("name")
-        log = self.log.bind(kind=kind, name=name)
+        return fnv1.RunFunctionResponse.FromString(self.answer(req.SerializeToString()))
+
+    async def run_function_bytes(self, data: bytes, _: grpc.aio.ServicerContext) -> bytes:
+        """RunFunction as the server registers it: request bytes in, response bytes out."""
+        return self.answer(data)
+
+    def answer(self, data: bytes) -> bytes:
+        """The serialised RunFunctionResponse to a serialised RunFunctionRequest."""
+        req = kind = name = None
         try:
+            req = wire.Request(data)
+            rsp, entries = respond_to(req)
+            composite = composite_of(req.composite)
+            kind = composite.get("kind")
+            name = composite.get("metadata", {}).get("name")
             out = run(kind, composite, req)
+            encode(out, rsp, entries)
+            self.log.debug("composed", kind=kind, name=name, resources=len(out.resources))
+            return serialise(rsp, entries)
         except BadInput as e:
-            log.info("bad input", error=str(e))
-            response.fatal(rsp, str(e))
-            return rsp
+            self.log.info("bad input", kind=kind, name=name, error=str(e))
+            message = str(e)
         except Exception:
             # A bug, not bad input: log the traceback here, keep it out of the XR's events.
-            log.exception("cannot compose")
-            response.fatal(
-                rsp,
-                f"internal error composing {shown(kind)} {shown(name)}; see the function's logs",
+            self.log.exception("cannot compose", kind=kind, name=name)
+            message = (
+                f"internal error composing {shown(kind)} {shown(name)}; see the function's logs"
             )
-            return rsp
-        encode(out, rsp)
-        log.debug("composed", resources=len(out.resources))
-        return rsp
+        return failed(req, message)
 
 
-def run(kind: str | None, composite: dict, req: fnv1.RunFunctionRequest) -> Output:
+def respond_to(req: wire.Request) -> tuple[fnv1.RunFunctionResponse, dict[str, bytes]]:
+    """As the SDK's response.to: the request's tag and context, and what earlier steps of the
+    pipeline desire (its resources as encoded entries, ours go on top)."""
+    rsp = fnv1.RunFunctionResponse()
+    rsp.meta.tag = req.meta.tag
+    rsp.meta.ttl.FromSeconds(SETTLED_TTL_SECONDS)
+    if req.context is not None:
+        rsp.context.CopyFrom(wire.parse(struct_pb2.Struct, req.context, "context"))
+    composite, earlier = wire.state_resources(req.desired)
+    if composite:
+        rsp.desired.composite.CopyFrom(wire.parse(fnv1.Resource, composite, "desired composite"))
+    for key, body in earlier.items():  # checked, since they go back out as they came
+        wire.parse(fnv1.Resource, body, f"desired resource {shown(key)}")
+    return rsp, {k: wire.resource_entry(k, v) for k, v in earlier.items()}
+
+
+def failed(req: wire.Request | None, message: str) -> bytes:
+    """A Fatal answer: Crossplane applies nothing of it, and deletes nothing."""
+    rsp, entries = fnv1.RunFunctionResponse(), {}
+    if req is not None:
+        with contextlib.suppress(BadInput):  # earlier steps' state undecodable: leave it out
+            rsp, entries = respond_to(req)
+    response.fatal(rsp, message)
+    return serialise(rsp, entries)
+
+
+def serialise(rsp: fnv1.RunFunctionResponse, entries: dict[str, bytes]) -> bytes:
+    """rsp, with the desired resources' encoded entries merged into its desired state.
+
+    A message field that occurs twice is merged by every protobuf parser, so the entries follow
+    rsp as a second desired State instead of being decoded into it and encoded again.
+    """
+    data = rsp.SerializeToString(deterministic=True)
+    if not entries:
+        return data
+    return data + wire.field(2, b"".join(entries[k] for k in sorted(entries)))
+
+
+def run(kind: str | None, composite: dict, req: wire.Request) -> Output:
     if kind == names.INFERENCE_CLASS:
         return compose_class(composite)
     if kind == names.INFERENCE_CLUSTER:
         return compose_cluster(
             composite,
-            required_resources(req, composite),
+            RequiredResources(req, composite),
             observed(req, composite),
-            {name: s.HasField("openapi_v3") for name, s in req.required_schemas.items()},
-            ask_first=request.has_capability(req, fnv1.CAPABILITY_REQUIRED_RESOURCES),
+            req.installed_schemas,
+            ask_first=fnv1.CAPABILITY_REQUIRED_RESOURCES in req.meta.capabilities,
         )
     raise BadInput(
         f"this function composes InferenceCluster and InferenceClass, not kind {shown(kind)}"
@@ -78,20 +126,29 @@ def run(kind: str | None, composite: dict, req: fnv1.RunFunctionRequest) -> Outp
 
 # What the function reads of its composite: never its managedFields or other server metadata.
 _COMPOSITE_FIELDS = ("apiVersion", "kind", "spec", "status")
+# Composites by content, converted: both calls of a reconcile carry the same one.
+COMPOSITES = wire.Lru(256)
 
 
-def composite_of(struct: Struct) -> dict:
-    """The composite's identity, spec and status as a dict."""
-    out = {k: _python(_unwrap(struct.fields[k])) for k in _COMPOSITE_FIELDS if k in struct.fields}
-    name = _field(struct.fields.get("metadata"), "name")
-    out["metadata"] = {"name": name.string_value} if name is not None else {}
+def composite_of(composite: wire.Resource | None) -> dict:
+    """The composite's identity, spec and status as a dict of its own."""
+    if composite is None:
+        return {}
+    converted = COMPOSITES.get(composite.data, lambda: marshal.dumps(_composite(composite.body)))
+    return marshal.loads(converted)  # noqa: S302 - bytes this process wrote itself
+
+
+def _composite(body: wire.LazyStruct) -> dict:
+    out = {k: wire.lookup(body, (k,)) for k in _COMPOSITE_FIELDS if k in body}
+    name = wire.lookup(body, ("metadata", "name"))
+    out["metadata"] = {"name": name} if isinstance(name, str) else {}
     return out
 
 
 class ConvertedOnRead(Mapping):
-    """A protobuf map read as a Mapping, each value converted the first time it is read."""
+    """A map read as a Mapping, each value converted the first time it is read."""
 
-    def __init__(self, source) -> None:
+    def __init__(self, source: Mapping) -> None:
         self._source = source
         self._cache: dict = {}
 
@@ -119,19 +176,15 @@ class RequiredResources(ConvertedOnRead):
     """Required resources by requirement name, as dicts; of a list of every InferenceClass, only
     those the pools name."""
 
-    def __init__(self, req: fnv1.RunFunctionRequest, composite: dict) -> None:
+    def __init__(self, req: wire.Request, composite: dict) -> None:
         super().__init__(req.required_resources)
         self._classes = referenced_classes(composite)
 
     def _convert(self, key: str, value) -> list[dict]:
-        items = value.items
+        bodies = [wire.Resource(item).body for item in value.items]
         if key == names.ALL_CLASSES_REQUIREMENT:
-            items = [i for i in items if _struct_name(i.resource) in self._classes]
-        return [resource.struct_to_dict(i.resource) for i in items]
-
-
-def required_resources(req: fnv1.RunFunctionRequest, composite: dict) -> RequiredResources:
-    return RequiredResources(req, composite)
+            bodies = [b for b in bodies if wire.lookup(b, ("metadata", "name")) in self._classes]
+        return [b.python() for b in bodies]
 
 
 def referenced_classes(composite: dict) -> set[str]:
@@ -145,157 +198,74 @@ def referenced_classes(composite: dict) -> set[str]:
     }
 
 
-def _struct_name(s) -> str | None:
-    meta = s.fields.get("metadata")
-    if meta is None or not meta.HasField("struct_value"):
-        return None
-    name = meta.struct_value.fields.get("name")
-    return name.string_value if name is not None else None
+class WireResource(ObservedResource):
+    """An observed resource read from the request's bytes: a renderer reads a handful of fields
+    (a condition, an id), each parsed when first read, and the whole body is converted, afresh,
+    only when it is kept as is. Connection details are known by name only. Never changed once
+    made, so one is shared by every request that observes the same content."""
 
-
-class StructResource(ObservedResource):
-    """An observed resource read straight from its protobuf Struct: a renderer reads a handful of
-    fields (a condition, an id); the whole body is converted only when it is kept as is."""
-
-    def __init__(self, struct, connection_keys: frozenset[str]) -> None:
-        super().__init__({}, connection_keys)
-        self._struct = struct
-        self._converted: dict | None = None
+    def __init__(self, resource: wire.Resource) -> None:
+        self._body = resource.body
+        self.connection_keys = resource.connection_keys
         self._ready: bool | None = None
 
     @property
     def body(self) -> dict:
-        if self._converted is None:
-            self._converted = resource.struct_to_dict(self._struct)
-        return self._converted
+        return self._body.python()
 
     def get(self, *path: str | int):
-        node = self._struct  # a Struct, a ListValue, or a Value on the way down
-        for step in path:
-            if isinstance(step, int):
-                values = node.values if isinstance(node, ListValue) else None
-                if values is None or not -len(values) <= step < len(values):
-                    return None
-                node = _unwrap(values[step])
-            else:
-                if not isinstance(node, Struct) or step not in node.fields:
-                    return None
-                node = _unwrap(node.fields[step])
-        return _python(node)
+        return wire.lookup(self._body, path)
+
+    def condition(self, type_: str) -> dict | None:
+        conditions = wire.at(self._body, ("status", "conditions"))
+        if not isinstance(conditions, wire.LazyList):
+            return None
+        for i in range(len(conditions)):
+            c = conditions.child(i)
+            if isinstance(c, wire.LazyStruct) and c.child("type") == type_:
+                return c.python()
+        return None
 
     @property
     def ready(self) -> bool:
         if self._ready is None:
-            self._ready = self._condition_status("Ready") == "True"
+            self._ready = super().ready
         return self._ready
 
-    def _condition_status(self, type_: str) -> str | None:
-        conditions = _field(self._struct.fields.get("status"), "conditions")
-        if conditions is None or conditions.WhichOneof("kind") != "list_value":
-            return None
-        for c in conditions.list_value.values:
-            fields = c.struct_value.fields
-            if "type" in fields and fields["type"].string_value == type_:
-                return fields["status"].string_value if "status" in fields else None
-        return None
 
-    def condition(self, type_: str) -> dict | None:
-        """A status condition's scalar fields, read without converting the status."""
-        conditions = _field(self._struct.fields.get("status"), "conditions")
-        if conditions is None or conditions.WhichOneof("kind") != "list_value":
-            return None
-        for c in conditions.list_value.values:
-            fields = c.struct_value.fields
-            if "type" in fields and fields["type"].string_value == type_:
-                return {
-                    k: f.string_value
-                    for k, f in fields.items()
-                    if f.WhichOneof("kind") == "string_value"
-                }
-        return None
+# Observed resources by content. Crossplane sends every observed resource on every call, the same
+# until a provider or the API server changes it: what was read of one is read once.
+SEEN = wire.Lru(512)
 
 
-def _field(value: Value | None, name: str) -> Value | None:
-    """value[name] when value holds a Struct with that field."""
-    if value is None or value.WhichOneof("kind") != "struct_value":
-        return None
-    return value.struct_value.fields.get(name)
-
-
-def _unwrap(value: Value):
-    """A Value as the Struct or ListValue it holds, else as itself (a scalar Value)."""
-    kind = value.WhichOneof("kind")
-    if kind == "struct_value":
-        return value.struct_value
-    if kind == "list_value":
-        return value.list_value
-    return value
-
-
-def _python(node):
-    if isinstance(node, Struct):
-        return resource.struct_to_dict(node)
-    if isinstance(node, ListValue):
-        return [_python(_unwrap(v)) for v in node.values]
-    kind = node.WhichOneof("kind")
-    return None if kind in (None, "null_value") else getattr(node, kind)
+def seen(data: bytes) -> WireResource:
+    resource = wire.Resource(data)
+    return SEEN.get((resource.data, resource.connection_keys), lambda: WireResource(resource))
 
 
 class ObservedResources(ConvertedOnRead):
     """Observed composed resources, wrapped (not converted) when a renderer reads one."""
 
-    def _convert(self, key: str, value) -> ObservedResource:
-        return StructResource(value.resource, frozenset(value.connection_details.keys()))
+    def _convert(self, key: str, value: bytes) -> ObservedResource:
+        return seen(value)
 
 
-def observed(req: fnv1.RunFunctionRequest, composite: dict) -> Observed:
-    return Observed(
-        resources=ObservedResources(req.observed.resources), status=composite.get("status", {})
-    )
+def observed(req: wire.Request, composite: dict) -> Observed:
+    return Observed(resources=ObservedResources(req.observed), status=composite.get("status", {}))
 
 
-class EncodedBodies:
-    """Desired bodies already encoded as protobuf Structs, by their content.
-
-    Encoding a dict into a Struct runs in Python, field by field, and is the costliest step of a
-    reconcile; a steady cluster returns the same bodies every time. The body's serialisation is
-    the key, so a body that changes in any way is encoded afresh: the bytes are the same either way.
-    """
-
-    def __init__(self, capacity: int = 2048) -> None:
-        self.capacity = capacity
-        self._encoded: OrderedDict[bytes, bytes] = OrderedDict()
-
-    def merge_into(self, target: Struct, body: dict) -> None:
-        # marshal is the fastest faithful serialisation of plain data: equal keys, equal bodies.
-        key = marshal.dumps(body)
-        data = self._encoded.get(key)
-        if data is None:
-            fresh = Struct()
-            fresh.update(body)
-            data = fresh.SerializeToString(deterministic=True)
-            self._encoded[key] = data
-            if len(self._encoded) > self.capacity:
-                self._encoded.popitem(last=False)
-        else:
-            self._encoded.move_to_end(key)
-        target.MergeFromString(data)
+BODIES = wire.Structs()
 
 
-BODIES = EncodedBodies()
-
-
-def encode(out: Output, rsp: fnv1.RunFunctionResponse) -> None:
+def encode(out: Output, rsp: fnv1.RunFunctionResponse, entries: dict[str, bytes]) -> None:
     encode_requirements(out, rsp)
     if out.deferred:
         return
     for key, desired in out.resources.items():
-        target = rsp.desired.resources[key]
-        BODIES.merge_into(target.resource, desired.body)
-        if desired.ready:
-            target.ready = fnv1.READY_TRUE
+        entries[key] = BODIES.entry(key, desired.body, desired.ready)
     if out.status:
-        resource.update(rsp.desired.composite, {"status": out.status})
+        # As resource.update: the status replaces any an earlier step desired.
+        rsp.desired.composite.resource.MergeFromString(BODIES.encoded({"status": out.status}))
     if out.ready is not None:
         rsp.desired.composite.ready = READY[out.ready]
     if out.ready is False:

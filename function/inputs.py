@@ -17,7 +17,7 @@ from function.output import BadInput, Requirement, shown
 class ObservedResource:
     """One observed composed resource: read where it is needed, not converted as a whole.
 
-    This one wraps a dict (tests build them); fn.py's StructResource reads the protobuf Struct
+    This one wraps a dict (tests build them); fn.py's WireResource reads the request's bytes
     Crossplane sent, field by field, and converts the whole body only when one is kept as is.
     """
 

@@ -1,17 +1,41 @@
-"""Command line: the SDK's standard flags (--insecure, --tls-certs-dir, --address, --debug)."""
+"""Command line: the SDK's standard flags (--insecure, --tls-certs-dir, --address, --debug, the
+message size limits), served by function/server.py."""
 
 import click
 from crossplane.function import cli as sdkcli
+from crossplane.function import logging, runtime
 
+from function import server
 from function.fn import FunctionRunner
+
+MIB = 1024 * 1024
 
 
 @click.command()
 @sdkcli.standard_options
-def cli(**kwargs) -> None:
+def cli(
+    *,
+    debug: bool,
+    address: str,
+    tls_certs_dir: str | None,
+    insecure: bool,
+    max_recv_message_size: int,
+    max_send_message_size: int | None,
+) -> None:
     """Serve the InferenceCluster composition function over gRPC."""
+    logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
+    send = max_send_message_size or max_recv_message_size
     try:
-        sdkcli.run(FunctionRunner(), **kwargs)
+        server.serve(
+            FunctionRunner(),
+            address,
+            creds=runtime.load_credentials(tls_certs_dir),
+            insecure=insecure,
+            options=[
+                ("grpc.max_receive_message_length", max_recv_message_size * MIB),
+                ("grpc.max_send_message_length", send * MIB),
+            ],
+        )
     except (
         Exception
     ) as e:  # startup errors (bad certs dir, port taken) as one line, not a traceback

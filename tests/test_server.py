@@ -2,13 +2,12 @@
 
 - mTLS: a client whose certificate another CA signed is refused like an anonymous one.
 - 100 concurrent RunFunction calls are all answered, correctly.
-- A malformed message and one over the receive limit are refused; the server answers the next
-  call as before.
+- A malformed message gets a Fatal answer saying so, one over the receive limit is refused; the
+  server answers the next call as before.
 - SIGTERM lets calls in flight finish, then the process exits cleanly.
 - The response for the largest cluster the XRD admits fits gRPC's default 4 MiB.
 """
 
-import asyncio
 import concurrent.futures
 import os
 import signal
@@ -65,7 +64,7 @@ def test_a_hundred_concurrent_calls_are_all_answered_correctly():
         )
 
 
-def test_malformed_and_oversized_messages_are_refused_and_the_server_lives_on():
+def test_malformed_and_oversized_messages_are_answered_and_the_server_lives_on():
     with (
         function_server("--max-recv-message-size=1") as server,
         grpc.insecure_channel(
@@ -73,9 +72,13 @@ def test_malformed_and_oversized_messages_are_refused_and_the_server_lives_on():
         ) as channel,
     ):
         raw = channel.unary_unary(METHOD)  # bytes in, bytes out
-        with pytest.raises(grpc.RpcError) as malformed:
+        malformed = fnv1.RunFunctionResponse.FromString(
             raw(b"\xff\xff\xff\xff\x0f not a protobuf", timeout=10)
-        assert malformed.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+        )
+        [fatal] = malformed.results
+        assert fatal.severity == fnv1.SEVERITY_FATAL
+        assert fatal.message.startswith("cannot decode the request's RunFunctionRequest: ")
+        assert len(malformed.desired.resources) == 0
         with pytest.raises(grpc.RpcError) as oversized:
             raw(b"\x0a\x00" * (600 * 1024), timeout=10)
         assert oversized.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -127,10 +130,10 @@ def test_the_largest_admitted_cluster_answers_within_the_grpc_default():
         for i in range(32)
     ]
     logging.configure(logging.Level.DISABLED)
-    runner, loop = FunctionRunner(), asyncio.new_event_loop()
     reconcile = Reconcile(steady_state(case), case.asked)
-    _, rsp = run_reconcile(lambda r: loop.run_until_complete(runner.RunFunction(r)), reconcile)
-    size = rsp.ByteSize()
+    _, _, answer = run_reconcile(FunctionRunner().answer, reconcile)
+    rsp = fnv1.RunFunctionResponse.FromString(answer)
+    size = len(answer)
     print(f"largest admitted response: {size} bytes ({size / GRPC_DEFAULT_MAX:.1%} of 4 MiB)")
     assert len(rsp.desired.resources) > 150
     assert not [r for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]

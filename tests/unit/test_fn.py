@@ -5,7 +5,7 @@ import asyncio
 from crossplane.function import logging, resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import fn
+from function import fn, wire
 from tests.builders import example
 
 logging.configure(logging.Level.DISABLED)
@@ -68,7 +68,8 @@ def test_only_the_classes_pools_name_are_decoded():
     other = req.required_resources["inference-classes"].items.add()
     other.resource.update({"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass"})
     other.resource.update({"metadata": {"name": "unrelated"}, "spec": {"devices": "garbage"}})
-    decoded = fn.required_resources(req, resource.struct_to_dict(req.observed.composite.resource))
+    composite = resource.struct_to_dict(req.observed.composite.resource)
+    decoded = fn.RequiredResources(wire.Request(req.SerializeToString()), composite)
     assert [c["metadata"]["name"] for c in decoded["inference-classes"]] == ["h100-8x-byo"]
     assert len(run(req).results) == 0  # the unrelated, broken class is never even parsed
 

@@ -1,0 +1,377 @@
+"""RunFunction's protobuf wire format, read and written only as far as the function needs.
+
+A request carries every observed resource in full (metadata with managedFields, spec, status):
+half a megabyte for a large cluster, sent again on every requirements round. Decoding it into
+the generated classes builds a protobuf object for every field before the function reads a few
+dozen of them, and was most of a reconcile's cost. Here upb parses the request (in C) with lean
+types that mirror the real ones field for field but keep what is nested as bytes; each level is
+parsed when it is first read. Answers are written the same way, from encoded bytes kept by
+content. Nothing else in the function touches the wire.
+"""
+
+import marshal
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+from google.protobuf.struct_pb2 import ListValue, Struct, Value
+
+from function.output import BadInput
+
+# Each lean message mirrors the real one of the same name (field numbers and wire types), with
+# nested messages kept as bytes: apiextensions.fn.proto.v1 and google.protobuf.Struct.
+_LEAN = {
+    "RunFunctionRequest": (
+        "bytes meta = 1",  # RequestMeta
+        "State observed = 2",
+        "bytes desired = 3",  # State, handed back as it came
+        "optional bytes context = 5",  # Struct, handed back as it came
+        "map<string, Resources> required_resources = 8",
+        "map<string, Schema> required_schemas = 9",
+    ),
+    "State": ("bytes composite = 1", "map<string, bytes> resources = 2"),  # Resource
+    "Resources": ("repeated bytes items = 1",),  # Resource
+    "Resource": ("bytes resource = 1", "map<string, bytes> connection_details = 2"),
+    "Schema": ("optional bytes openapi_v3 = 1",),
+    "Struct": ("map<string, bytes> fields = 1",),  # Value
+    "Value": (
+        "oneof int32 null_value = 1",
+        "oneof double number_value = 2",
+        "oneof string string_value = 3",
+        "oneof bool bool_value = 4",
+        "oneof bytes struct_value = 5",  # Struct
+        "oneof bytes list_value = 6",  # ListValue
+    ),
+    "ListValue": ("repeated bytes values = 1",),  # Value
+}
+_PACKAGE = "modelplane.wire"
+
+
+def _lean_classes() -> dict[str, type]:
+    F = descriptor_pb2.FieldDescriptorProto  # noqa: N806 - the proto type's own name
+    scalars = {
+        "bytes": F.TYPE_BYTES,
+        "string": F.TYPE_STRING,
+        "int32": F.TYPE_INT32,
+        "double": F.TYPE_DOUBLE,
+        "bool": F.TYPE_BOOL,
+    }
+    file = descriptor_pb2.FileDescriptorProto(name="modelplane/wire.proto", package=_PACKAGE)
+    file.syntax = "proto3"  # strings are checked to be UTF-8 as they are parsed
+
+    def add_field(msg, name: str, number: int, typ: str, label=F.LABEL_OPTIONAL):
+        f = msg.field.add(name=name, number=number, label=label)
+        if typ in scalars:
+            f.type = scalars[typ]
+        else:
+            f.type, f.type_name = F.TYPE_MESSAGE, f".{_PACKAGE}.{typ}"
+        return f
+
+    for message, fields in _LEAN.items():
+        msg = file.message_type.add(name=message)
+        for spec in fields:
+            decl, number = spec.split(" = ")
+            *words, name = decl.replace(", ", ",").split()
+            if words[0].startswith("map<"):
+                key, value = words[0][4:-1].split(",")
+                entry = msg.nested_type.add(name=f"{name.title().replace('_', '')}Entry")
+                entry.options.map_entry = True
+                add_field(entry, "key", 1, key)
+                add_field(entry, "value", 2, value)
+                f = add_field(msg, name, int(number), "", F.LABEL_REPEATED)
+                f.type_name = f".{_PACKAGE}.{message}.{entry.name}"
+            elif words[0] == "repeated":
+                add_field(msg, name, int(number), words[1], F.LABEL_REPEATED)
+            elif words[0] == "oneof":
+                if not msg.oneof_decl:
+                    msg.oneof_decl.add(name="kind")
+                add_field(msg, name, int(number), words[1]).oneof_index = 0
+            elif words[0] == "optional":
+                f = add_field(msg, name, int(number), words[1])
+                f.proto3_optional, f.oneof_index = True, len(msg.oneof_decl)
+                msg.oneof_decl.add(name=f"_{name}")
+            else:
+                add_field(msg, name, int(number), words[0])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return {
+        m: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{m}"))
+        for m in _LEAN
+    }
+
+
+_CLASSES = _lean_classes()
+_REQUEST, _STATE, _RESOURCES, _RESOURCE, _SCHEMA, _STRUCT, _VALUE, _LIST = (
+    _CLASSES[m] for m in _LEAN
+)
+
+
+class Undecodable(BadInput):
+    """Bytes that are not the message they should be: answered with a Fatal result."""
+
+
+def parse(cls: type, data: bytes, what: str):
+    try:
+        return cls.FromString(data)
+    except DecodeError as e:
+        raise Undecodable(f"cannot decode the request's {what}: {e}") from None
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def python(node: Value | Struct | ListValue) -> Any:
+    """A whole protobuf Struct, ListValue or Value as plain Python (numbers as floats)."""
+    if isinstance(node, Struct):
+        return {k: _value(v) for k, v in node.fields.items()}
+    if isinstance(node, ListValue):
+        return [_value(v) for v in node.values]
+    return _value(node)
+
+
+def _value(value: Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return {k: _value(v) for k, v in value.struct_value.fields.items()}
+    if kind == "list_value":
+        return [_value(v) for v in value.list_value.values]
+    if kind == "number_value":
+        return _finite(value.number_value)
+    return None if kind in (None, "null_value") else getattr(value, kind)
+
+
+def _finite(number: float) -> float:
+    if not math.isfinite(number):
+        raise Undecodable(f"the request holds a number JSON cannot: {number}")
+    return number
+
+
+_ABSENT = object()
+
+
+class LazyStruct:
+    """A Struct read a level at a time: only the fields read are parsed, each once."""
+
+    __slots__ = ("_data", "_fields", "_read")
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._fields = parse(_STRUCT, data, "object").fields
+        self._read: dict[str, Any] = {}
+
+    def child(self, key: str) -> Any:
+        if key not in self._read:
+            raw = self._fields.get(key)
+            self._read[key] = _ABSENT if raw is None else _node(raw)
+        return self._read[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._fields
+
+    def python(self) -> dict:
+        return python(parse(Struct, self._data, "object"))
+
+
+class LazyList:
+    """A ListValue read an item at a time."""
+
+    __slots__ = ("_data", "_read", "_values")
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._values = parse(_LIST, data, "list").values
+        self._read: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def child(self, index: int) -> Any:
+        if not -len(self._values) <= index < len(self._values):
+            return _ABSENT
+        if index not in self._read:
+            self._read[index] = _node(self._values[index])
+        return self._read[index]
+
+    def python(self) -> list:
+        return python(parse(ListValue, self._data, "list"))
+
+
+def _node(data: bytes) -> Any:
+    """A Value: a scalar as itself, a Struct or a list as its lazy reader."""
+    value = parse(_VALUE, data, "value")
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return LazyStruct(value.struct_value)
+    if kind == "list_value":
+        return LazyList(value.list_value)
+    if kind == "string_value":
+        return value.string_value
+    if kind == "number_value":
+        return _finite(value.number_value)
+    if kind == "bool_value":
+        return value.bool_value
+    return None
+
+
+def at(node: Any, path: tuple[str | int, ...]) -> Any:
+    """The node at path (a lazy reader or a scalar), or None when any step is missing."""
+    for step in path:
+        if (isinstance(step, int) and isinstance(node, LazyList)) or (
+            isinstance(step, str) and isinstance(node, LazyStruct)
+        ):
+            node = node.child(step)
+        else:
+            return None
+        if node is _ABSENT:
+            return None
+    return node
+
+
+def lookup(node: Any, path: tuple[str | int, ...]) -> Any:
+    """The value at path as plain Python, or None when any step is missing."""
+    node = at(node, path)
+    return node.python() if isinstance(node, LazyStruct | LazyList) else node
+
+
+class Resource:
+    """A Resource message: its body's bytes, read lazily, and the names of its connection details
+    (never their values, which are not kept)."""
+
+    __slots__ = ("_body", "connection_keys", "data")
+
+    def __init__(self, data: bytes) -> None:
+        message = parse(_RESOURCE, data, "resource")
+        self.data: bytes = message.resource
+        self.connection_keys = frozenset(message.connection_details.keys())
+        self._body: LazyStruct | None = None
+
+    @property
+    def body(self) -> LazyStruct:
+        if self._body is None:
+            self._body = LazyStruct(self.data)
+        return self._body
+
+
+class Request:
+    """A RunFunctionRequest, parsed a level at a time."""
+
+    def __init__(self, data: bytes) -> None:
+        self._message = parse(_REQUEST, data, "RunFunctionRequest")
+        self.meta = parse(fnv1.RequestMeta, self._message.meta, "meta")
+
+    @property
+    def composite(self) -> Resource | None:
+        data = self._message.observed.composite
+        return Resource(data) if data else None
+
+    @property
+    def observed(self) -> Mapping[str, bytes]:
+        """Observed composed resources by name, as Resource message bytes."""
+        return self._message.observed.resources
+
+    @property
+    def desired(self) -> bytes:
+        """The desired state of earlier steps, as State message bytes."""
+        return self._message.desired
+
+    @property
+    def context(self) -> bytes | None:
+        return self._message.context if self._message.HasField("context") else None
+
+    @property
+    def required_resources(self) -> Mapping[str, Any]:
+        """Required resources by requirement name: each a Resources whose items are Resource
+        message bytes."""
+        return self._message.required_resources
+
+    @property
+    def installed_schemas(self) -> dict[str, bool]:
+        """Each required schema Crossplane answered: whether the kind is installed."""
+        return {k: s.HasField("openapi_v3") for k, s in self._message.required_schemas.items()}
+
+
+def state_resources(data: bytes) -> tuple[bytes, Mapping[str, bytes]]:
+    """A State's composite and resources, as Resource message bytes."""
+    state = parse(_STATE, data, "desired state")
+    return state.composite, state.resources
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field: a string, bytes or an embedded message."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+_READY_TRUE = _varint(3 << 3) + _varint(1)  # Resource.ready = READY_TRUE
+
+
+def resource_entry(key: str, resource: bytes) -> bytes:
+    """One entry of State.resources (field 2), the Resource given as message bytes."""
+    return field(2, field(1, key.encode()) + field(2, resource))
+
+
+class Lru:
+    """A bounded map that forgets what was used least recently."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict = OrderedDict()
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        """The value kept for key, made (and kept) when there is none."""
+        value = self._items.get(key, _ABSENT)
+        if value is _ABSENT:
+            value = self._items[key] = make()
+            if len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        else:
+            self._items.move_to_end(key)
+        return value
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
+class Structs(Lru):
+    """Dicts encoded as Struct messages, kept by content.
+
+    Encoding a dict into a Struct runs in Python, field by field; a steady cluster returns the
+    same bodies every time. marshal is the fastest faithful serialisation of plain data, so an
+    equal dump means equal bytes, and a body that changes in any way is encoded afresh.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        super().__init__(capacity)
+
+    def encoded(self, body: dict) -> bytes:
+        return self.get(marshal.dumps(body), lambda: _struct(body))
+
+    def entry(self, key: str, body: dict, ready: bool) -> bytes:
+        """The State.resources entry of a desired resource."""
+        return self.get((key, ready, marshal.dumps(body)), lambda: _entry(key, body, ready))
+
+
+def _entry(key: str, body: dict, ready: bool) -> bytes:
+    message = field(1, _struct(body))
+    return resource_entry(key, message + _READY_TRUE if ready else message)
+
+
+def _struct(body: dict) -> bytes:
+    struct = Struct()
+    struct.update(body)
+    return struct.SerializeToString(deterministic=True)

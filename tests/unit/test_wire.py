@@ -1,0 +1,159 @@
+"""The lean wire reader and writer agree with the generated protobuf classes they stand in for."""
+
+import math
+
+import pytest
+from crossplane.function import logging, resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from function import fn, wire
+from tests.unit.test_fn import cluster_request
+
+logging.configure(logging.Level.DISABLED)
+
+# What a Struct can hold, as JSON: numbers are doubles on the wire.
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=25,
+)
+objects = st.dictionaries(st.text(max_size=6), json_values, max_size=5)
+
+
+def encoded(body: dict) -> bytes:
+    struct = struct_pb2.Struct()
+    struct.update(body)
+    return struct.SerializeToString()
+
+
+def paths(value, prefix=()):
+    """Every path into value, as lookup takes it."""
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from paths(v, (*prefix, i))
+
+
+@settings(max_examples=200)
+@given(objects)
+def test_a_struct_reads_as_the_sdk_converts_it(body):
+    assert wire.python(struct_pb2.Struct.FromString(encoded(body))) == resource.struct_to_dict(
+        struct_pb2.Struct.FromString(encoded(body))
+    )
+    assert wire.LazyStruct(encoded(body)).python() == resource.struct_to_dict(
+        struct_pb2.Struct.FromString(encoded(body))
+    )
+
+
+@settings(max_examples=200)
+@given(objects)
+def test_lookup_reads_what_is_at_every_path_and_none_past_it(body):
+    lazy = wire.LazyStruct(encoded(body))
+    plain = resource.struct_to_dict(struct_pb2.Struct.FromString(encoded(body)))
+    for path in paths(plain):
+        expected = plain
+        for step in path:
+            expected = expected[step]
+        assert wire.lookup(lazy, path) == expected
+        assert wire.lookup(lazy, (*path, "missing")) is None
+        assert wire.lookup(lazy, (*path, 99)) is None
+
+
+def test_lookup_does_not_confuse_a_list_index_with_a_key():
+    lazy = wire.LazyStruct(encoded({"a": [{"b": 1}], "m": {"0": "zero"}}))
+    assert wire.lookup(lazy, ("a", 0, "b")) == 1.0
+    assert wire.lookup(lazy, ("a", -1, "b")) == 1.0
+    assert wire.lookup(lazy, ("a", "0")) is None
+    assert wire.lookup(lazy, ("m", 0)) is None
+    assert wire.lookup(lazy, ("m", "0")) == "zero"
+
+
+@given(st.text(max_size=30), objects, st.booleans())
+def test_an_entry_is_what_the_generated_classes_encode(key, body, ready):
+    state = fnv1.State()
+    state.resources[key].resource.SetInParent()  # a desired resource always has a body
+    state.resources[key].resource.update(body)
+    if ready:
+        state.resources[key].ready = fnv1.READY_TRUE
+    ours = fnv1.State.FromString(wire.Structs().entry(key, body, ready))
+    assert ours == state
+    assert ours.SerializeToString(deterministic=True) == state.SerializeToString(deterministic=True)
+
+
+def test_an_entry_changes_with_any_change_of_its_body():
+    entries = wire.Structs(capacity=2)
+    assert entries.encoded({"a": 1}) is entries.encoded({"a": 1})
+    first = entries.entry("k", {"a": 1}, True)
+    assert entries.entry("k", {"a": 1.5}, True) != first
+    assert entries.entry("k", {"a": 1}, False) != first
+    assert entries.entry("k", {"a": True}, True) != first
+    assert fnv1.State.FromString(entries.entry("k", {"a": 1}, True)) == fnv1.State.FromString(first)
+
+
+def answer(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    return fnv1.RunFunctionResponse.FromString(fn.FunctionRunner().answer(req.SerializeToString()))
+
+
+def test_earlier_steps_desired_state_and_the_context_are_handed_on_ours_on_top():
+    req = cluster_request()
+    ours = answer(req)
+    assert "provider-config-helm" in ours.desired.resources
+
+    req.context.update({"apiextensions.crossplane.io/environment": {"region": "eu"}})
+    req.desired.composite.resource.update({"metadata": {"labels": {"earlier": "step"}}})
+    req.desired.resources["earlier-bucket"].resource.update({"kind": "Bucket"})
+    req.desired.resources["provider-config-helm"].resource.update({"kind": "Overridden"})
+    rsp = answer(req)
+    assert rsp.context == req.context
+    assert rsp.desired.resources["earlier-bucket"] == req.desired.resources["earlier-bucket"]
+    assert (
+        rsp.desired.resources["provider-config-helm"]
+        == ours.desired.resources["provider-config-helm"]
+    )
+    assert rsp.desired.composite.resource["metadata"]["labels"]["earlier"] == "step"
+    assert rsp.desired.composite.resource["status"] == ours.desired.composite.resource["status"]
+    assert set(rsp.desired.resources) == set(ours.desired.resources) | {"earlier-bucket"}
+
+
+def fatal_message(rsp: fnv1.RunFunctionResponse) -> str:
+    [result] = rsp.results
+    assert result.severity == fnv1.SEVERITY_FATAL
+    assert len(rsp.desired.resources) == 0
+    return result.message
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf])
+def test_a_number_json_cannot_hold_is_fatal(number):
+    req = cluster_request()
+    req.observed.composite.resource["spec"]["nodePools"][0]["nodeCount"] = number
+    assert fatal_message(answer(req)) == f"the request holds a number JSON cannot: {number}"
+
+
+@pytest.mark.parametrize(
+    ("field", "what"),
+    [(5, "context"), (3, "desired state")],
+)
+def test_undecodable_parts_of_a_request_are_fatal_and_name_the_part(field, what):
+    data = cluster_request().SerializeToString() + wire.field(field, b"\xff\xff\xff")
+    rsp = fnv1.RunFunctionResponse.FromString(fn.FunctionRunner().answer(data))
+    assert fatal_message(rsp).startswith(f"cannot decode the request's {what}: ")
+
+
+def test_an_undecodable_earlier_desired_resource_is_fatal_and_named():
+    state = wire.resource_entry("earlier", wire.field(1, b"\xff\xff"))
+    data = cluster_request().SerializeToString() + wire.field(3, state)
+    rsp = fnv1.RunFunctionResponse.FromString(fn.FunctionRunner().answer(data))
+    assert fatal_message(rsp).startswith("cannot decode the request's desired resource 'earlier': ")
