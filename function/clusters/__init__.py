@@ -5,10 +5,11 @@ need to know (is the cluster reachable, through which ProviderConfig, with which
 """
 
 from collections.abc import Callable
+from typing import Any
 
 from function import names
 from function.clusters import aks, eks, existing, gke, nebius, vultr
-from function.clusters.base import CLOUD_PROVIDER_CONFIG
+from function.clusters.base import CLOUD_PROVIDER_CONFIG, Cloud
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs
 from function.models import InferenceCluster
@@ -16,13 +17,24 @@ from function.output import Requirement, Result
 
 Renderer = Callable[[Inputs], ClusterFacts]
 
+
+def cloud(cluster: Callable[[Cloud, Any], Any]) -> Renderer:
+    """A cloud's renderer: its cluster class over the shared Cloud of the XR's credentials."""
+
+    def render(inputs: Inputs) -> ClusterFacts:
+        settings = inputs.xr.spec.cluster.settings
+        return cluster(Cloud(inputs, settings.credentials), settings).render()
+
+    return render
+
+
 RENDERERS: dict[str, Renderer] = {
     "Existing": existing.render,
-    "EKS": eks.render,
-    "GKE": gke.render,
-    "AKS": aks.render,
-    "Nebius": nebius.render,
-    "Vultr": vultr.render,
+    "EKS": cloud(eks.EKSCluster),
+    "GKE": cloud(gke.GKECluster),
+    "AKS": cloud(aks.AKSCluster),
+    "Nebius": cloud(nebius.NebiusCluster),
+    "Vultr": cloud(vultr.VultrCluster),
 }
 
 

@@ -14,7 +14,6 @@ from function.clusters.base import (
     scaling,
 )
 from function.clusters.facts import ClusterFacts
-from function.inputs import Inputs
 from function.models import AKS
 from function.versions import AKS_SYSTEM_VM_SIZE
 
@@ -42,12 +41,6 @@ MOUNT_OPTIONS = [
     "actimeo=30",
     "nosharesock",
 ]
-
-
-def render(inputs: Inputs) -> ClusterFacts:
-    settings = inputs.xr.spec.cluster.settings
-    assert isinstance(settings, AKS)
-    return AKSCluster(Cloud(inputs, settings.credentials), settings).render()
 
 
 class AKSCluster:

@@ -21,7 +21,6 @@ from function.clusters.base import (
     scaling,
 )
 from function.clusters.facts import ClusterFacts
-from function.inputs import Inputs
 from function.models import EKS
 from function.output import Result
 from function.versions import (
@@ -37,12 +36,6 @@ EFS = "efs.aws.m.upbound.io/v1beta1"
 EC2 = aws_network.EC2
 STORAGE_CLASS = "modelplane-rwx-efs"
 AWS_POLICY = "arn:aws:iam::aws:policy/"
-
-
-def render(inputs: Inputs) -> ClusterFacts:
-    settings = inputs.xr.spec.cluster.settings
-    assert isinstance(settings, EKS)
-    return EKSCluster(Cloud(inputs, settings.credentials), settings).render()
 
 
 def policy(statements: list[dict]) -> str:

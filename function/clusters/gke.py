@@ -19,7 +19,6 @@ from function.clusters.base import (
     scaling,
 )
 from function.clusters.facts import ClusterFacts
-from function.inputs import Inputs
 from function.models import GKE
 
 CONTAINER = "container.gcp.m.upbound.io/v1beta1"
@@ -38,12 +37,6 @@ MASTER_CIDR = "172.16.0.0/28"
 # GKE's own GPU taint; set explicitly so every GPU pool has exactly it, never a second one.
 GKE_GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
 OAUTH = ["https://www.googleapis.com/auth/cloud-platform"]
-
-
-def render(inputs: Inputs) -> ClusterFacts:
-    settings = inputs.xr.spec.cluster.settings
-    assert isinstance(settings, GKE)
-    return GKECluster(Cloud(inputs, settings.credentials), settings).render()
 
 
 class GKECluster:

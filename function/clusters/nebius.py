@@ -31,7 +31,6 @@ from function.clusters.base import (
 )
 from function.clusters.eks import gpu_devices
 from function.clusters.facts import ClusterFacts
-from function.inputs import Inputs
 from function.models import Nebius, NodePool
 from function.output import Result
 from function.providerconfigs import Identity
@@ -64,12 +63,6 @@ runcmd:
   - mkdir -p {DATA_DIR}
 """  # noqa: E501 - one shell line
 FABRIC_LABEL = "modelplane.ai/fabric"
-
-
-def render(inputs: Inputs) -> ClusterFacts:
-    settings = inputs.xr.spec.cluster.settings
-    assert isinstance(settings, Nebius)
-    return NebiusCluster(Cloud(inputs, settings.credentials), settings).render()
 
 
 class NebiusCluster:

@@ -23,7 +23,6 @@ from function.clusters.base import (
 )
 from function.clusters.eks import gpu_devices
 from function.clusters.facts import ClusterFacts
-from function.inputs import Inputs
 from function.models import Vultr
 from function.versions import VULTR_SYSTEM_PLAN
 
@@ -39,12 +38,6 @@ VALIDATED = (
     " && object.status.desiredNumberScheduled >= 1"
     " && object.status.numberReady == object.status.desiredNumberScheduled"
 )
-
-
-def render(inputs: Inputs) -> ClusterFacts:
-    settings = inputs.xr.spec.cluster.settings
-    assert isinstance(settings, Vultr)
-    return VultrCluster(Cloud(inputs, settings.credentials), settings).render()
 
 
 def key_values(labels: dict[str, str]) -> list[dict]:

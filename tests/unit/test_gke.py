@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from function.clusters import gke
+from function import clusters
 from function.compose import compose_cluster
 from function.inputs import Inputs, Observed, resolve_classes
 from function.models import InferenceCluster
@@ -192,5 +192,5 @@ def test_the_dra_driver_is_told_where_gke_puts_the_nvidia_driver():
     xr, classes = example("gke")
     model = InferenceCluster.model_validate(xr)
     req = required(classes, provider_configs("gke"))
-    facts = gke.render(Inputs(model, resolve_classes(model, req), Observed(), req))
+    facts = clusters.RENDERERS["GKE"](Inputs(model, resolve_classes(model, req), Observed(), req))
     assert facts.nvidia_driver_root == "/home/kubernetes/bin/nvidia"
