@@ -90,20 +90,8 @@ def selfsigned_issuer() -> dict:
 
 def ca_certificate(xr: str) -> dict:
     """A long-lived ECDSA CA, rotated by cert-manager a year before it expires."""
-    return {
-        "apiVersion": CERT_MANAGER,
-        "kind": "Certificate",
-        "metadata": {"name": CA, "namespace": NAMESPACE},
-        "spec": {
-            "isCA": True,
-            "commonName": f"modelplane cluster CA {xr}"[:64],
-            "secretName": CA,
-            "duration": "87600h",
-            "renewBefore": "8760h",
-            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
-            "issuerRef": {"name": SELF_SIGNED_ISSUER, "kind": "Issuer", "group": "cert-manager.io"},
-        },
-    }
+    spec = {"isCA": True, "commonName": f"modelplane cluster CA {xr}"[:64]}
+    return _certificate(CA, SELF_SIGNED_ISSUER, "87600h", "8760h", spec)
 
 
 def ca_issuer() -> dict:
@@ -111,17 +99,23 @@ def ca_issuer() -> dict:
 
 
 def serving_certificate(host: str) -> dict:
+    return _certificate(SERVING_SECRET, CA, "2160h", "720h", {"dnsNames": [host]})
+
+
+def _certificate(name: str, issuer: str, duration: str, renew_before: str, spec: dict) -> dict:
+    """An ECDSA Certificate in the gateway namespace, its Secret of the same name, its key rotated
+    with it, signed by an Issuer there."""
     return {
         "apiVersion": CERT_MANAGER,
         "kind": "Certificate",
-        "metadata": {"name": SERVING_SECRET, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
-            "dnsNames": [host],
-            "secretName": SERVING_SECRET,
-            "duration": "2160h",
-            "renewBefore": "720h",
+            **spec,
+            "secretName": name,
+            "duration": duration,
+            "renewBefore": renew_before,
             "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
-            "issuerRef": {"name": CA, "kind": "Issuer", "group": "cert-manager.io"},
+            "issuerRef": {"name": issuer, "kind": "Issuer", "group": "cert-manager.io"},
         },
     }
 
