@@ -181,10 +181,26 @@ class RequiredResources(ConvertedOnRead):
         self._classes = referenced_classes(composite)
 
     def _convert(self, key: str, value) -> list[dict]:
-        bodies = [wire.Resource(item).body for item in value.items]
+        items = [required_item(item) for item in value.items]
         if key == names.ALL_CLASSES_REQUIREMENT:
-            bodies = [b for b in bodies if wire.lookup(b, ("metadata", "name")) in self._classes]
-        return [b.python() for b in bodies]
+            items = [(n, b) for n, b in items if n in self._classes]
+        return [marshal.loads(b) for _, b in items]  # noqa: S302 - written by this process
+
+
+# Required resources by content: every call of every reconcile hands over the same classes and
+# InferenceGateways until one changes.
+REQUIRED = wire.Lru(1024)
+
+
+def required_item(data: bytes) -> tuple[str | None, bytes]:
+    """A required resource's name and its body, converted once and kept marshalled."""
+
+    def convert() -> tuple[str | None, bytes]:
+        body = wire.Resource(data).body
+        name = wire.lookup(body, ("metadata", "name"))
+        return (name if isinstance(name, str) else None), marshal.dumps(body.python())
+
+    return REQUIRED.get(data, convert)
 
 
 def referenced_classes(composite: dict) -> set[str]:
@@ -239,8 +255,8 @@ SEEN = wire.Lru(512)
 
 
 def seen(data: bytes) -> WireResource:
-    resource = wire.Resource(data)
-    return SEEN.get((resource.data, resource.connection_keys), lambda: WireResource(resource))
+    """The observed resource encoded as data (a Resource message: body and connection details)."""
+    return SEEN.get(data, lambda: WireResource(wire.Resource(data)))
 
 
 class ObservedResources(ConvertedOnRead):
