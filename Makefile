@@ -6,6 +6,7 @@ BIN        := $(VENV)/bin
 TOOLS_BIN  := $(CURDIR)/.tools/bin
 CROSSPLANE := $(TOOLS_BIN)/crossplane
 CELCOST    := $(TOOLS_BIN)/celcost
+BENCHCLIENT := $(TOOLS_BIN)/benchclient
 CRDS_DIR   ?= $(abspath $(CURDIR)/../shared/crds)
 EXAMPLE    ?= existing
 
@@ -81,7 +82,12 @@ e2e: setup e2e-tools
 	$(BIN)/pytest tests/e2e
 
 ## Speed and memory of the running function against its targets (exits non-zero on a miss).
-bench: $(VENV)/.stamp
+# Crossplane's side of the bench's gRPC calls, in Go as Crossplane is.
+$(BENCHCLIENT): tests/tools/benchclient/go.mod tests/tools/benchclient/go.sum tests/tools/benchclient/main.go
+	mkdir -p $(TOOLS_BIN)
+	cd tests/tools/benchclient && go build -o $(BENCHCLIENT) .
+
+bench: $(VENV)/.stamp $(BENCHCLIENT)
 	$(BIN)/python -m tests.tools.bench
 
 lint: $(VENV)/.stamp

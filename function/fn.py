@@ -255,8 +255,9 @@ SEEN = wire.Lru(512)
 
 
 def seen(data: bytes) -> WireResource:
-    """The observed resource encoded as data (a Resource message: body and connection details)."""
-    return SEEN.get(data, lambda: WireResource(wire.Resource(data)))
+    resource = wire.Resource(data)
+    # Keyed by the body's bytes, which the kept resource holds anyway.
+    return SEEN.get((resource.data, resource.connection_keys), lambda: WireResource(resource))
 
 
 class ObservedResources(ConvertedOnRead):

@@ -8,19 +8,24 @@ with the metadata the API server keeps (managedFields included), as the provider
 
 Per case: composed resources; request and response bytes; a reconcile's median and p90
 in-process and over gRPC (server on loopback), all rounds included; calls per reconcile;
-throughput with 8 concurrent clients; the ratio of the median to the pure protobuf cost of parsing
+throughput with 8 concurrent callers; the ratio of the median to the pure protobuf cost of parsing
 the requests and serialising the responses. Then the server's peak RSS and its cold start to a
 first answer. Exits non-zero when a target is missed. `--profile` prints the top costs of the
 worst case with pyinstrument. Never part of the tests.
+
+Over gRPC, the caller is Go, as Crossplane is: tests/tools/benchclient runs the requirements loop
+with requests prepared here (make bench builds it). A Python caller's median is shown beside it,
+for comparison: its own protobuf and gRPC work is not the function's.
 """
 
 import argparse
+import base64
 import copy
+import json
 import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +54,8 @@ TARGETS = {
 }
 RECONCILES = 200
 CONCURRENCY = 8
+THROUGHPUT_SECONDS = 3.0
+GO_CLIENT = ROOT / ".tools" / "bin" / "benchclient"
 SCHEMAS = (
     "inference-gateway-kind",
     "model-replicas-kind",
@@ -318,6 +325,46 @@ class Reconcile:
         return self.answers[requirements]
 
 
+def go_case(name: str, reconcile: Reconcile, call) -> dict:
+    """A case as the Go client reads it: the first request, and the request Crossplane sends
+    next after each requirements the function answers with (raw, as the client sees them)."""
+    req, previous, steps = reconcile.first_bytes, None, {}
+    while True:
+        raw = _requirements_field(call(req))
+        if raw == previous:
+            break
+        previous = raw
+        req = steps[raw] = reconcile.answer(raw)
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    return {
+        "name": name,
+        "first": b64(reconcile.first_bytes),
+        "next": [{"requirements": b64(k), "request": b64(v)} for k, v in steps.items()],
+    }
+
+
+def over_grpc_from_go(target: str, cases: list[dict], reconciles: int) -> dict[str, dict]:
+    """Each case's calls, median, p90 and throughput, as the Go client measured them."""
+    if not GO_CLIENT.exists():
+        raise SystemExit(f"{GO_CLIENT} is missing: run `make bench`, which builds it")
+    job = {
+        "target": target,
+        "reconciles": reconciles,
+        "concurrency": CONCURRENCY,
+        "seconds": THROUGHPUT_SECONDS,
+        "cases": cases,
+    }
+    out = subprocess.run(
+        [str(GO_CLIENT)], input=json.dumps(job).encode(), capture_output=True, check=False
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"benchclient failed: {out.stderr.decode().strip()}")
+    return {r["name"]: r for r in json.loads(out.stdout)}
+
+
 def run_reconcile(call, reconcile: Reconcile) -> tuple[int, list[bytes], bytes]:
     """Call as Crossplane's requirements loop does, until the requirements repeat: the number of
     calls, the requests sent and the last answer, all serialised."""
@@ -348,26 +395,6 @@ def timed(fn, n: int) -> list[float]:
 
 def p90(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=10)[-1]
-
-
-def throughput(target: str, reconcile: Reconcile, seconds: float = 3.0) -> float:
-    """Reconciles per second with CONCURRENCY clients, each on its own channel."""
-    done = [0] * CONCURRENCY
-    stop = time.monotonic() + seconds
-
-    def client(i: int) -> None:
-        with grpc.insecure_channel(target) as channel:
-            call = raw_stub(channel)
-            while time.monotonic() < stop:
-                run_reconcile(lambda r: call(r, timeout=30), reconcile)
-                done[i] += 1
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(CONCURRENCY)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sum(done) / seconds
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -425,17 +452,23 @@ def main() -> int:
     tune_gc()  # as the server does
     in_process = FunctionRunner().answer
     header = (
-        f"{'case':22} {'res':>4} {'req KiB':>8} {'rsp KiB':>8} {'calls':>5} "
-        f"{'in-proc p50/p90 ms':>19} {'gRPC p50/p90 ms':>16} {'x pb':>5} {'rec/s x8':>8}"
+        f"{'case':20} {'res':>4} {'req KiB':>8} {'rsp KiB':>8} {'calls':>5} "
+        f"{'in-proc p50/p90 ms':>18} {'gRPC p50/p90 ms':>16} {'x pb':>5} {'rec/s x8':>8} "
+        f"{'py client':>9}"
     )
     print(header)
     with function_server() as server, grpc.insecure_channel(server.target) as channel:
         call = raw_stub(channel)
-        over_grpc = lambda r: call(r, timeout=30)  # noqa: E731
+        python_client = lambda r: call(r, timeout=30)  # noqa: E731
+        go = over_grpc_from_go(
+            server.target,
+            [go_case(name, rc, in_process) for name, rc in reconciles.items()],
+            args.reconciles,
+        )
         for name, reconcile in reconciles.items():
-            calls, sent, last = run_reconcile(over_grpc, reconcile)
+            calls, sent, last = run_reconcile(python_client, reconcile)
             local = timed(lambda rc=reconcile: run_reconcile(in_process, rc), args.reconciles)
-            remote = timed(lambda rc=reconcile: run_reconcile(over_grpc, rc), args.reconciles)
+            remote = timed(lambda rc=reconcile: run_reconcile(python_client, rc), args.reconciles)
             responses = [fnv1.RunFunctionResponse.FromString(in_process(r)) for r in sent]
             pure = statistics.median(
                 timed(
@@ -446,14 +479,16 @@ def main() -> int:
                     50,
                 )
             )
-            rate = throughput(server.target, reconcile)
-            median = statistics.median(remote)
+            measured = go[name]
+            assert measured["calls"] == calls, (name, measured["calls"], calls)
+            median = measured["median_ms"]
             results[f"{name} reconcile over gRPC, median (ms)"] = median
             print(
-                f"{name:22} {len(responses[-1].desired.resources):>4} "
+                f"{name:20} {len(responses[-1].desired.resources):>4} "
                 f"{sum(len(b) for b in sent) / 1024:>8.1f} {len(last) / 1024:>8.1f} "
-                f"{calls:>5} {statistics.median(local):>9.2f}/{p90(local):<9.2f}"
-                f"{median:>7.2f}/{p90(remote):<8.2f} {median / pure:>5.1f} {rate:>8.0f}"
+                f"{calls:>5} {statistics.median(local):>8.2f}/{p90(local):<9.2f}"
+                f"{median:>7.2f}/{measured['p90_ms']:<8.2f} {median / pure:>5.1f} "
+                f"{measured['per_second']:>8.0f} {statistics.median(remote):>9.2f}"
             )
         results["server peak RSS (MiB)"] = peak_rss_mib(server.pid)
     results["cold start to first answer (s)"] = min(

@@ -1,0 +1,223 @@
+// benchclient calls RunFunction as Crossplane's requirements loop does, from Go as Crossplane
+// does, so that `make bench` times the function over gRPC without a Python client's own cost.
+//
+// It reads, on stdin, the cases tests/tools/bench.py prepared: each reconcile's first request
+// and, for every requirements answer the function gives, the request Crossplane would send next
+// (already built and serialised: fetching and building them is Crossplane's work, not timed).
+// It prints, per case, the calls of a reconcile, its median and p90 over gRPC, and reconciles
+// per second with concurrent callers sharing one connection.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+const (
+	method = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
+	// RunFunctionResponse.requirements.
+	requirementsField = 5
+	// Crossplane's MaxRequirementsIterations, plus its first call.
+	maxCalls = 6
+)
+
+type Step struct {
+	Requirements []byte `json:"requirements"`
+	Request      []byte `json:"request"`
+}
+
+type Case struct {
+	Name  string `json:"name"`
+	First []byte `json:"first"`
+	Next  []Step `json:"next"`
+	next  map[string][]byte
+}
+
+type Input struct {
+	Target      string  `json:"target"`
+	Reconciles  int     `json:"reconciles"`
+	Concurrency int     `json:"concurrency"`
+	Seconds     float64 `json:"seconds"`
+	Cases       []*Case `json:"cases"`
+}
+
+type Result struct {
+	Name       string  `json:"name"`
+	Calls      int     `json:"calls"`
+	MedianMs   float64 `json:"median_ms"`
+	P90Ms      float64 `json:"p90_ms"`
+	PerSecond  float64 `json:"per_second"`
+	Concurrent int     `json:"concurrency"`
+}
+
+// bytesCodec passes messages through as they are.
+type bytesCodec struct{}
+
+func (bytesCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (bytesCodec) Unmarshal(data []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), data...)
+	return nil
+}
+func (bytesCodec) Name() string { return "proto" }
+
+// requirements returns the requirements field of a serialised response, and whether it is set.
+func requirements(rsp []byte) ([]byte, bool, error) {
+	var out []byte
+	found := false
+	for len(rsp) > 0 {
+		num, typ, n := protowire.ConsumeTag(rsp)
+		if n < 0 {
+			return nil, false, protowire.ParseError(n)
+		}
+		rsp = rsp[n:]
+		if num == requirementsField && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(rsp)
+			if m < 0 {
+				return nil, false, protowire.ParseError(m)
+			}
+			out, found = append(out, v...), true
+			rsp = rsp[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, rsp)
+		if m < 0 {
+			return nil, false, protowire.ParseError(m)
+		}
+		rsp = rsp[m:]
+	}
+	return out, found, nil
+}
+
+// reconcile calls until the function returns the requirements it returned before (none, on
+// the first call, counts as before), as Crossplane's FetchingFunctionRunner does.
+func reconcile(ctx context.Context, conn *grpc.ClientConn, c *Case) (int, error) {
+	req := c.First
+	var previous []byte
+	hadPrevious := false
+	for calls := 1; calls <= maxCalls; calls++ {
+		var rsp []byte
+		if err := conn.Invoke(ctx, method, &req, &rsp); err != nil {
+			return calls, err
+		}
+		reqs, set, err := requirements(rsp)
+		if err != nil {
+			return calls, err
+		}
+		if set == hadPrevious && bytes.Equal(reqs, previous) {
+			return calls, nil
+		}
+		previous, hadPrevious = reqs, set
+		next, ok := c.next[string(reqs)]
+		if !ok {
+			return calls, fmt.Errorf("%s: the function asked for requirements the bench did not prepare", c.Name)
+		}
+		req = next
+	}
+	return maxCalls, errors.New("requirements did not stabilise")
+}
+
+func measure(conn *grpc.ClientConn, in *Input, c *Case) (Result, error) {
+	ctx := context.Background()
+	calls, err := reconcile(ctx, conn, c)
+	if err != nil {
+		return Result{}, err
+	}
+	for i := 0; i < in.Reconciles/10; i++ { // warm up
+		if _, err := reconcile(ctx, conn, c); err != nil {
+			return Result{}, err
+		}
+	}
+	samples := make([]float64, 0, in.Reconciles)
+	for i := 0; i < in.Reconciles; i++ {
+		start := time.Now()
+		if _, err := reconcile(ctx, conn, c); err != nil {
+			return Result{}, err
+		}
+		samples = append(samples, float64(time.Since(start).Nanoseconds())/1e6)
+	}
+	sort.Float64s(samples)
+	rate, err := throughput(conn, in, c)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{
+		Name:       c.Name,
+		Calls:      calls,
+		MedianMs:   samples[len(samples)/2],
+		P90Ms:      samples[len(samples)*9/10],
+		PerSecond:  rate,
+		Concurrent: in.Concurrency,
+	}, nil
+}
+
+func throughput(conn *grpc.ClientConn, in *Input, c *Case) (float64, error) {
+	var done atomic.Int64
+	var failed atomic.Value
+	deadline := time.Now().Add(time.Duration(in.Seconds * float64(time.Second)))
+	var wg sync.WaitGroup
+	for i := 0; i < in.Concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if _, err := reconcile(context.Background(), conn, c); err != nil {
+					failed.Store(err)
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := failed.Load().(error); ok {
+		return 0, err
+	}
+	return float64(done.Load()) / in.Seconds, nil
+}
+
+func run() error {
+	var in Input
+	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
+		return fmt.Errorf("cannot read the cases: %w", err)
+	}
+	conn, err := grpc.NewClient(in.Target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(bytesCodec{}), grpc.MaxCallRecvMsgSize(64<<20)),
+	)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	results := make([]Result, 0, len(in.Cases))
+	for _, c := range in.Cases {
+		c.next = make(map[string][]byte, len(c.Next))
+		for _, s := range c.Next {
+			c.next[string(s.Requirements)] = s.Request
+		}
+		r, err := measure(conn, &in, c)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	return json.NewEncoder(os.Stdout).Encode(results)
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchclient:", err)
+		os.Exit(1)
+	}
+}
