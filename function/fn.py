@@ -15,7 +15,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 
-from function import names, wire
+from function import names, serving, usages, wire
 from function.compose import compose_class, compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.output import BadInput, Output, shown
@@ -145,6 +145,9 @@ def _composite(body: wire.LazyStruct) -> dict:
     return out
 
 
+_MISSING = object()
+
+
 class ConvertedOnRead(Mapping):
     """A map read as a Mapping, each value converted the first time it is read."""
 
@@ -155,12 +158,21 @@ class ConvertedOnRead(Mapping):
     def _convert(self, key: str, value):
         raise NotImplementedError
 
+    def get(self, key: str, default=None):
+        # Renderers look resources up by the hundred: one dict read when already converted.
+        value = self._cache.get(key, _MISSING)
+        if value is _MISSING:
+            raw = self._source.get(key, _MISSING)
+            if raw is _MISSING:
+                return default
+            value = self._cache[key] = self._convert(key, raw)
+        return value
+
     def __getitem__(self, key: str):
-        if key not in self._cache:
-            if key not in self._source:
-                raise KeyError(key)
-            self._cache[key] = self._convert(key, self._source[key])
-        return self._cache[key]
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
 
     def __contains__(self, key: object) -> bool:
         return key in self._source
@@ -274,12 +286,20 @@ def observed(req: wire.Request, composite: dict) -> Observed:
 BODIES = wire.Structs()
 
 
+def forget() -> None:
+    """Empty every cache kept by content: each answer is then made from nothing, as for a cluster
+    not seen for longer than the caches remember (`make bench` measures it; nothing else needs
+    it, since a cache can only be right)."""
+    for cache in (SEEN, COMPOSITES, REQUIRED, BODIES, serving.BODIES, usages.USAGES):
+        cache.clear()
+
+
 def encode(out: Output, rsp: fnv1.RunFunctionResponse, entries: dict[str, bytes]) -> None:
     encode_requirements(out, rsp)
     if out.deferred:
         return
     for key, desired in out.resources.items():
-        entries[key] = BODIES.entry(key, desired.body, desired.ready)
+        entries[key] = BODIES.entry(key, desired.body, desired.ready, shared=desired.shared)
     if out.status:
         # As resource.update: the status replaces any an earlier step desired.
         rsp.desired.composite.resource.MergeFromString(BODIES.encoded({"status": out.status}))

@@ -2,8 +2,6 @@
 Objects, in modelplane-system, through the cluster's ClusterProviderConfig.
 """
 
-from crossplane.function.resource import child_name
-
 from function import names
 from function.versions import Chart
 
@@ -41,7 +39,7 @@ def release(
         "apiVersion": names.HELM_RELEASE_API,
         "kind": "Release",
         "metadata": {
-            "name": child_name(xr, key),
+            "name": names.child_name(xr, key),
             "namespace": names.SYSTEM_NAMESPACE,
             "annotations": {names.EXTERNAL_NAME: f"mp-{key}"},
         },
@@ -76,7 +74,7 @@ def manifest_object(
     return {
         "apiVersion": names.OBJECT_API,
         "kind": "Object",
-        "metadata": {"name": child_name(xr, key), "namespace": names.SYSTEM_NAMESPACE},
+        "metadata": {"name": names.child_name(xr, key), "namespace": names.SYSTEM_NAMESPACE},
         "spec": spec,
     }
 

@@ -4,7 +4,7 @@ import functools
 import hashlib
 import re
 
-from crossplane.function.resource import child_name
+from crossplane.function import resource
 
 SYSTEM_NAMESPACE = "modelplane-system"
 
@@ -28,6 +28,10 @@ ALL_CLASSES_REQUIREMENT = "inference-classes"
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _HASH_LEN = 5
+
+
+# The SDK's child_name hashes its parts on every call; a reconcile names the same children again.
+child_name = functools.lru_cache(maxsize=8192)(resource.child_name)
 
 
 def class_requirement(class_name: str) -> str:

@@ -12,6 +12,9 @@ class Desired:
 
     body: dict
     ready: bool = False
+    # The body is shared by every reconcile it is the same for (made once, never changed after):
+    # it is encoded once, and known again by identity.
+    shared: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ deletion as soon as its user is gone.
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from function import names
+from function import names, wire
 from function.clusters.base import as_desired
 from function.inputs import Inputs
 from function.output import Desired, Requirement
@@ -57,11 +57,26 @@ def edges(
 
 
 def render(edges_: list[Edge], desired: dict[str, Desired], xr: str) -> dict[str, Desired]:
-    return {f"usage-{e.of}-by-{e.by}": Desired(usage(xr, e, desired), ready=True) for e in edges_}
+    return {
+        f"usage-{e.of}-by-{e.by}": Desired(usage(xr, e, desired), ready=True, shared=True)
+        for e in edges_
+    }
+
+
+# Usages by what they name: the same from one reconcile to the next, made once and shared.
+USAGES = wire.Lru(4096)
 
 
 def usage(xr: str, edge: Edge, desired: dict[str, Desired]) -> dict:
-    of, by = desired[edge.of].body, desired[edge.by].body
+    of, by = _ref(desired[edge.of].body), _ref(desired[edge.by].body)
+    return USAGES.get((xr, edge, _key(of), _key(by)), lambda: _usage(xr, edge, of, by))
+
+
+def _key(ref: dict) -> tuple[str, str, str]:
+    return ref["apiVersion"], ref["kind"], ref["resourceRef"]["name"]
+
+
+def _usage(xr: str, edge: Edge, of: dict, by: dict) -> dict:
     return {
         "apiVersion": USAGE_API,
         "kind": "Usage",
@@ -70,8 +85,8 @@ def usage(xr: str, edge: Edge, desired: dict[str, Desired]) -> dict:
             "namespace": names.SYSTEM_NAMESPACE,
         },
         "spec": {
-            "of": _ref(of),
-            "by": _ref(by),
+            "of": of,
+            "by": by,
             "replayDeletion": True,
         },
     }

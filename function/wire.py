@@ -151,26 +151,30 @@ def _finite(number: float) -> float:
 
 
 _ABSENT = object()
+_UNREAD = object()
 
 
 class LazyStruct:
     """A Struct read a level at a time: only the fields read are parsed, each once."""
 
-    __slots__ = ("_data", "_fields", "_read")
+    # Kept for long (observed resources are remembered by content): only the bytes, the keys and
+    # what was read stay; the parsed message is made again when an unread field is first read.
+    __slots__ = ("_data", "_keys", "_read")
 
     def __init__(self, data: bytes) -> None:
         self._data = data
-        self._fields = parse(_STRUCT, data, "object").fields
+        self._keys = frozenset(parse(_STRUCT, data, "object").fields.keys())
         self._read: dict[str, Any] = {}
 
     def child(self, key: str) -> Any:
-        if key not in self._read:
-            raw = self._fields.get(key)
-            self._read[key] = _ABSENT if raw is None else _node(raw)
-        return self._read[key]
+        value = self._read.get(key, _UNREAD)
+        if value is _UNREAD:
+            raw = _STRUCT.FromString(self._data).fields.get(key) if key in self._keys else None
+            value = self._read[key] = _ABSENT if raw is None else _node(raw)
+        return value
 
     def __contains__(self, key: str) -> bool:
-        return key in self._fields
+        return key in self._keys
 
     def python(self) -> dict:
         return python(parse(Struct, self._data, "object"))
@@ -357,13 +361,26 @@ class Structs(Lru):
 
     def __init__(self, capacity: int = 4096) -> None:
         super().__init__(capacity)
+        # Entries of shared bodies by the body's identity: each entry holds its body, so no other
+        # object can take that identity while it is kept.
+        self._shared = Lru(capacity)
 
     def encoded(self, body: dict) -> bytes:
         return self.get(marshal.dumps(body), lambda: _struct(body))
 
-    def entry(self, key: str, body: dict, ready: bool) -> bytes:
-        """The State.resources entry of a desired resource."""
-        return self.get((key, ready, marshal.dumps(body)), lambda: _entry(key, body, ready))
+    def entry(self, key: str, body: dict, ready: bool, *, shared: bool = False) -> bytes:
+        """The State.resources entry of a desired resource; a shared body (never changed once
+        made) is encoded once and then known by identity, without reading it again."""
+        if not shared:
+            return self.get((key, ready, marshal.dumps(body)), lambda: _entry(key, body, ready))
+        kept = self._shared.get(id(body), lambda: (body, key, ready, self.entry(key, body, ready)))
+        if kept[1] != key or kept[2] != ready:  # the same body under another key, or readiness
+            return self.entry(key, body, ready)
+        return kept[3]
+
+    def clear(self) -> None:
+        super().clear()
+        self._shared.clear()
 
 
 def _entry(key: str, body: dict, ready: bool) -> bytes:

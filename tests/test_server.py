@@ -21,6 +21,8 @@ from crossplane.function import logging
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
+from function import fn, wire
+from function.compose import compose_cluster
 from function.fn import FunctionRunner
 from tests.test_grpc import _cert, _pem, call, request, tls_dir  # noqa: F401 - fixture
 from tests.tools.bench import Reconcile, run_reconcile, steady_state, worst_case
@@ -113,6 +115,29 @@ def test_sigterm_lets_calls_in_flight_finish():
             proc.kill()
             proc.wait()
         proc.stderr.close()
+
+
+def test_answers_are_byte_identical_whatever_the_function_remembers():
+    """What is remembered by content (observed reads, required resources, encoded entries, shared
+    bodies) never changes an answer: the same steady reconcile answered afresh, from warm
+    caches, and after forgetting them gives the same bytes; a shared body is the very object a
+    second reconcile returns."""
+    logging.configure(logging.Level.DISABLED)
+    case = worst_case()
+    reconcile = Reconcile(steady_state(case), case.asked)
+    runner = FunctionRunner()
+    fn.forget()
+    _, sent, fresh = run_reconcile(runner.answer, reconcile)
+    assert [runner.answer(r) for r in sent][-1] == fresh
+    fn.forget()
+    assert [runner.answer(r) for r in sent][-1] == fresh
+    xr, required = case.xr, {**case.bootstrap, **case.asked}
+    observed = fn.observed(wire.Request(sent[-1]), xr)
+    schemas = wire.Request(sent[-1]).installed_schemas
+    once, again = (compose_cluster(xr, required, observed, schemas) for _ in range(2))
+    shared = [k for k, d in once.resources.items() if d.shared]
+    assert len(shared) > 50
+    assert all(again.resources[k].body is once.resources[k].body for k in shared)
 
 
 def test_the_largest_admitted_cluster_answers_within_the_grpc_default():

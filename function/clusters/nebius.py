@@ -15,8 +15,6 @@ the cluster's ProviderConfigs also need that service-account Secret as their ide
 for it, and keep the identity they were composed with while the ProviderConfig cannot be read.
 """
 
-from crossplane.function.resource import child_name
-
 from function import kube, names, shapes
 from function.clusters.base import (
     GPU_TAINT,
@@ -219,7 +217,7 @@ class NebiusCluster:
 
     @property
     def cloud_init(self) -> str:
-        return child_name(self.cloud.xr, "cloud-init")
+        return names.child_name(self.cloud.xr, "cloud-init")
 
     def gpu_clusters(self) -> None:
         """One GPU cluster per InfiniBand fabric the spec's pools name: created with the first

@@ -9,10 +9,11 @@ Rules the engine applies to every component (function/serving/components.py):
   the component's readiness query).
 """
 
+import marshal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from function import kube, names
+from function import kube, names, wire
 from function.clusters.base import (
     PROVIDER_CONFIG_KEYS,
     as_desired,
@@ -82,7 +83,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
             pending[key] = ", ".join(blocked)
             continue
         body = _body(component, built, ctx, cluster.provider_config)
-        facts.resources[key] = Desired(body, ready=seen is not None and seen.ready)
+        facts.resources[key] = Desired(body, ready=seen is not None and seen.ready, shared=True)
 
     facts.address, facts.ca_certificate = observed_gateway(inputs)
     waiting = {
@@ -146,7 +147,22 @@ def observed_gateway(inputs: Inputs) -> tuple[str | None, str | None]:
     return address, ca
 
 
+# Bodies by what they are made of: a cluster's stack is the same from one reconcile to the next,
+# so each body is made once and shared (never changed once made).
+BODIES = wire.Lru(2048)
+
+
 def _body(component: Component, built: dict, ctx: Context, provider_config: str) -> dict:
+    # A fixed manifest or chart values by identity (the table holds them for good), one built
+    # from the context by content.
+    made_of = None if built is component.fixed else marshal.dumps(built)
+    return BODIES.get(
+        (component.key, ctx.xr, provider_config, made_of),
+        lambda: _make_body(component, built, ctx, provider_config),
+    )
+
+
+def _make_body(component: Component, built: dict, ctx: Context, provider_config: str) -> dict:
     if component.chart:
         return kube.release(
             ctx.xr,

@@ -52,6 +52,8 @@ class Component:
     wait: bool = False
     ready_when: str | None = None
     observe_only: bool = False
+    # What build always returns, when it is not built from the cluster's context.
+    fixed: dict | None = None
 
     @property
     def resource_key(self) -> str:
@@ -59,13 +61,17 @@ class Component:
 
 
 def chart(key: str, values: dict | Build, **kw) -> Component:
-    build = values if callable(values) else (lambda _ctx, v=values: v)
-    return Component(key, build, chart=True, **kw)
+    return _component(key, values, chart=True, **kw)
 
 
 def manifest(key: str, body: dict | Build, **kw) -> Component:
-    build = body if callable(body) else (lambda _ctx, b=body: b)
-    return Component(key, build, **kw)
+    return _component(key, body, **kw)
+
+
+def _component(key: str, made: dict | Build, **kw) -> Component:
+    if callable(made):
+        return Component(key, made, **kw)
+    return Component(key, lambda _ctx: made, fixed=made, **kw)
 
 
 def _crd(file: str) -> dict:

@@ -103,6 +103,20 @@ def test_an_entry_changes_with_any_change_of_its_body():
     assert fnv1.State.FromString(entries.entry("k", {"a": 1}, True)) == fnv1.State.FromString(first)
 
 
+def test_a_shared_body_is_encoded_once_then_known_by_identity():
+    entries, by_content = wire.Structs(), wire.Structs()
+    body = {"spec": {"forProvider": {"manifest": {"kind": "Namespace"}}}}
+    first = entries.entry("k", body, True, shared=True)
+    assert first == by_content.entry("k", body, True)
+    assert entries.entry("k", body, True, shared=True) is first
+    # Under another key or readiness the same body is what that key and readiness encode.
+    assert entries.entry("other", body, True, shared=True) == by_content.entry("other", body, True)
+    assert entries.entry("k", body, False, shared=True) == by_content.entry("k", body, False)
+    # An equal body that is another object is encoded (and kept) on its own.
+    twin = {"spec": {"forProvider": {"manifest": {"kind": "Namespace"}}}}
+    assert entries.entry("k", twin, True, shared=True) == first
+
+
 def answer(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     return fnv1.RunFunctionResponse.FromString(fn.FunctionRunner().answer(req.SerializeToString()))
 
