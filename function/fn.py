@@ -17,7 +17,7 @@ from google.protobuf import struct_pb2
 
 from function import names, serving, usages, wire
 from function.compose import compose_class, compose_cluster
-from function.inputs import Observed, ObservedResource
+from function.inputs import PARSED, Observed, ObservedResource
 from function.output import BadInput, Output, shown
 
 SEVERITY = {
@@ -261,26 +261,38 @@ class WireResource(ObservedResource):
         return self._ready
 
 
-# Observed resources by content. Crossplane sends every observed resource on every call, the same
-# until a provider or the API server changes it: what was read of one is read once.
+# Observed resources as last seen, by composite and resource name. Crossplane sends every observed
+# resource on every call, the same until a provider or the API server changes it: what was read of
+# one is read once. Kept by name and compared whole, a lookup never hashes a body.
 SEEN = wire.Lru(512)
 
 
-def seen(data: bytes) -> WireResource:
-    resource = wire.Resource(data)
-    # Keyed by the body's bytes, which the kept resource holds anyway.
-    return SEEN.get((resource.data, resource.connection_keys), lambda: WireResource(resource))
+def seen(where: tuple, data: bytes) -> WireResource:
+    """The observed resource encoded as data (a Resource message: body, connection details)."""
+    kept = SEEN.find(where)
+    if kept is not None and kept[0] == data:
+        return kept[1]
+    resource = WireResource(wire.Resource(data))
+    SEEN.put(where, (data, resource))
+    return resource
 
 
 class ObservedResources(ConvertedOnRead):
     """Observed composed resources, wrapped (not converted) when a renderer reads one."""
 
+    def __init__(self, source: Mapping, composite: str | None) -> None:
+        super().__init__(source)
+        self._composite = composite
+
     def _convert(self, key: str, value: bytes) -> ObservedResource:
-        return seen(value)
+        return seen((self._composite, key), value)
 
 
 def observed(req: wire.Request, composite: dict) -> Observed:
-    return Observed(resources=ObservedResources(req.observed), status=composite.get("status", {}))
+    name = composite.get("metadata", {}).get("name")
+    return Observed(
+        resources=ObservedResources(req.observed, name), status=composite.get("status", {})
+    )
 
 
 BODIES = wire.Structs()
@@ -290,7 +302,7 @@ def forget() -> None:
     """Empty every cache kept by content: each answer is then made from nothing, as for a cluster
     not seen for longer than the caches remember (`make bench` measures it; nothing else needs
     it, since a cache can only be right)."""
-    for cache in (SEEN, COMPOSITES, REQUIRED, BODIES, serving.BODIES, usages.USAGES):
+    for cache in (SEEN, COMPOSITES, REQUIRED, BODIES, PARSED, serving.BODIES, usages.USAGES):
         cache.clear()
 
 

@@ -3,15 +3,19 @@
 Built from plain dicts (fn.py decodes the protobuf request), so everything downstream is pure.
 """
 
+import marshal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from function import names
 from function.models import InferenceClass, InferenceCluster
 from function.output import BadInput, Requirement, shown
+from function.wire import Lru
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class ObservedResource:
@@ -115,16 +119,26 @@ def describe(error: ValidationError, prefix: str = "") -> str:
     return "; ".join(lines)
 
 
+# Models by the content they were validated from: a cluster and its classes are the same from one
+# call to the next, and the models are frozen.
+PARSED = Lru(512)
+
+
+def validated(model: type[M], body: dict) -> M:
+    """model validated from body; raises ValidationError as model_validate does."""
+    return PARSED.get((model, marshal.dumps(body)), lambda: model.model_validate(body))
+
+
 def parse_cluster(body: dict) -> InferenceCluster:
     try:
-        return InferenceCluster.model_validate(body)
+        return validated(InferenceCluster, body)
     except ValidationError as e:
         raise BadInput(f"invalid InferenceCluster: {describe(e)}") from None
 
 
 def parse_class(body: dict) -> InferenceClass:
     try:
-        return InferenceClass.model_validate(body)
+        return validated(InferenceClass, body)
     except ValidationError as e:
         raise BadInput(f"invalid InferenceClass: {describe(e)}") from None
 
@@ -166,7 +180,7 @@ def resolve_classes(xr: InferenceCluster, required: dict[str, list[dict]]) -> Cl
             missing.append(c)
             continue
         try:
-            resolved[c] = InferenceClass.model_validate(body)
+            resolved[c] = validated(InferenceClass, body)
         except ValidationError as e:
             invalid[c] = describe(e)
     if pending:

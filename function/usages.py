@@ -68,12 +68,15 @@ USAGES = wire.Lru(4096)
 
 
 def usage(xr: str, edge: Edge, desired: dict[str, Desired]) -> dict:
-    of, by = _ref(desired[edge.of].body), _ref(desired[edge.by].body)
-    return USAGES.get((xr, edge, _key(of), _key(by)), lambda: _usage(xr, edge, of, by))
+    of, by = desired[edge.of].body, desired[edge.by].body
+    return USAGES.get(
+        (xr, edge.of, edge.by, *_named(of), *_named(by)),
+        lambda: _usage(xr, edge, _ref(of), _ref(by)),
+    )
 
 
-def _key(ref: dict) -> tuple[str, str, str]:
-    return ref["apiVersion"], ref["kind"], ref["resourceRef"]["name"]
+def _named(body: dict) -> tuple[str, str, str]:
+    return body["apiVersion"], body["kind"], body["metadata"]["name"]
 
 
 def _usage(xr: str, edge: Edge, of: dict, by: dict) -> dict:
@@ -93,11 +96,8 @@ def _usage(xr: str, edge: Edge, of: dict, by: dict) -> dict:
 
 
 def _ref(body: dict) -> dict:
-    return {
-        "apiVersion": body["apiVersion"],
-        "kind": body["kind"],
-        "resourceRef": {"name": body["metadata"]["name"]},
-    }
+    api_version, kind, name = _named(body)
+    return {"apiVersion": api_version, "kind": kind, "resourceRef": {"name": name}}
 
 
 # --- the deletion guard ---------------------------------------------------------------------------

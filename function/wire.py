@@ -340,12 +340,24 @@ class Lru:
         """The value kept for key, made (and kept) when there is none."""
         value = self._items.get(key, _ABSENT)
         if value is _ABSENT:
-            value = self._items[key] = make()
-            if len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            value = make()
+            self.put(key, value)
         else:
             self._items.move_to_end(key)
         return value
+
+    def find(self, key: Any) -> Any:
+        """The value kept for key, or None."""
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        if len(self._items) > self.capacity:
+            self._items.popitem(last=False)
 
     def clear(self) -> None:
         self._items.clear()
