@@ -249,7 +249,9 @@ class Resource:
 
     def __init__(self, data: bytes) -> None:
         message = parse(_RESOURCE, data, "resource")
-        self.data: bytes = message.resource
+        # The body as a view into data when it is there once, as it always is: a resource kept
+        # with its message then holds its bytes once.
+        self.data: bytes | memoryview = _only_field(data, 1) or message.resource
         self.connection_keys = frozenset(message.connection_details.keys())
         self._body: LazyStruct | None = None
 
@@ -258,6 +260,40 @@ class Resource:
         if self._body is None:
             self._body = LazyStruct(self.data)
         return self._body
+
+
+def _only_field(data: bytes, number: int) -> memoryview | None:
+    """A view of the payload of length-delimited field number, when data holds it exactly once
+    (a message known to parse)."""
+    found, i, end = None, 0, len(data)
+    while i < end:
+        key, i = _read_varint(data, i)
+        wire_type = key & 7
+        if wire_type == 2:
+            size, i = _read_varint(data, i)
+            if key >> 3 == number:
+                if found is not None:
+                    return None
+                found = memoryview(data)[i : i + size]
+            i += size
+        elif wire_type == 0:
+            _, i = _read_varint(data, i)
+        elif wire_type in (1, 5):
+            i += 8 if wire_type == 1 else 4
+        else:
+            return None
+    return found
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = data[i]
+        result |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            return result, i
+        shift += 7
 
 
 class Request:
