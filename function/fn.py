@@ -127,7 +127,7 @@ def run(kind: str | None, composite: dict, req: wire.Request) -> Output:
 # What the function reads of its composite: never its managedFields or other server metadata.
 _COMPOSITE_FIELDS = ("apiVersion", "kind", "spec", "status")
 # Composites by content, converted: both calls of a reconcile carry the same one.
-COMPOSITES = wire.Lru(256)
+COMPOSITES = wire.Cache(256)
 
 
 def composite_of(composite: wire.Resource | None) -> dict:
@@ -201,7 +201,7 @@ class RequiredResources(ConvertedOnRead):
 
 # Required resources by content: every call of every reconcile hands over the same classes and
 # InferenceGateways until one changes.
-REQUIRED = wire.Lru(1024)
+REQUIRED = wire.Cache(1024)
 
 
 def required_item(data: bytes) -> tuple[str | None, bytes]:
@@ -264,7 +264,7 @@ class WireResource(ObservedResource):
 # Observed resources as last seen, by composite and resource name. Crossplane sends every observed
 # resource on every call, the same until a provider or the API server changes it: what was read of
 # one is read once. Kept by name and compared whole, a lookup never hashes a body.
-SEEN = wire.Lru(512)
+SEEN = wire.Cache(512)
 
 
 def seen(where: tuple, data: bytes) -> WireResource:

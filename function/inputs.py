@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from function import names
 from function.models import InferenceClass, InferenceCluster
 from function.output import BadInput, Requirement, shown
-from function.wire import Lru
+from function.wire import Cache
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -121,7 +121,7 @@ def describe(error: ValidationError, prefix: str = "") -> str:
 
 # Models by the content they were validated from: a cluster and its classes are the same from one
 # call to the next, and the models are frozen.
-PARSED = Lru(512)
+PARSED = Cache(512)
 
 
 def validated(model: type[M], body: dict) -> M:

@@ -13,14 +13,14 @@ Every Usage names resources this same reconcile composes; replayDeletion resumes
 deletion as soon as its user is gone.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from function import names, wire
 from function.clusters.base import as_desired
 from function.inputs import Inputs
 from function.output import Desired, Requirement
-from function.serving.components import Component
+from function.serving.components import RESOURCE_KEYS, Component
 
 USAGE_API = "protection.crossplane.io/v1beta1"
 CLUSTER_LABEL = f"{names.GROUP}/cluster"
@@ -43,15 +43,14 @@ class Edge:
 
 
 def edges(
-    components: list[Component], desired: dict[str, Desired], anchors: tuple[str, ...]
+    components: Sequence[Component], desired: dict[str, Desired], anchors: tuple[str, ...]
 ) -> list[Edge]:
     """The deletion order between composed resources, as of/by pairs of resource keys."""
-    keys = {c.key: c.resource_key for c in components}
     out = []
     for c in components:
         if c.resource_key not in desired:
             continue
-        ofs = [keys[d] for d in c.after] if c.after else list(anchors)
+        ofs = [RESOURCE_KEYS[d] for d in c.after] if c.after else list(anchors)
         out += [Edge(of, c.resource_key) for of in ofs if of in desired]
     return out
 
@@ -64,7 +63,7 @@ def render(edges_: list[Edge], desired: dict[str, Desired], xr: str) -> dict[str
 
 
 # Usages by what they name: the same from one reconcile to the next, made once and shared.
-USAGES = wire.Lru(4096)
+USAGES = wire.Cache(4096)
 
 
 def usage(xr: str, edge: Edge, desired: dict[str, Desired]) -> dict:
@@ -165,7 +164,7 @@ def compose(
     inputs: Inputs,
     anchors: tuple[str, ...],
     outlives: tuple[tuple[str, str], ...],
-    components: list[Component],
+    components: Sequence[Component],
     desired: dict[str, Desired],
 ) -> dict[str, Desired]:
     """Every Usage of this reconcile, and the deletion guard."""

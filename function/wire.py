@@ -365,8 +365,12 @@ def resource_entry(key: str, resource: bytes) -> bytes:
     return field(2, field(1, key.encode()) + field(2, resource))
 
 
-class Lru:
-    """A bounded map that forgets what was used least recently."""
+class Cache:
+    """A bounded map that, when full, forgets what it learnt first.
+
+    A reconcile reads each entry once; what a steady control plane repeats fits, and a hit costs
+    a single dict read (no reordering, unlike least-recently-used).
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -378,20 +382,15 @@ class Lru:
         if value is _ABSENT:
             value = make()
             self.put(key, value)
-        else:
-            self._items.move_to_end(key)
         return value
 
     def find(self, key: Any) -> Any:
         """The value kept for key, or None."""
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
+        return self._items.get(key)
 
     def put(self, key: Any, value: Any) -> None:
         self._items[key] = value
-        self._items.move_to_end(key)
+        self._items.move_to_end(key)  # a replaced value counts as learnt now
         if len(self._items) > self.capacity:
             self._items.popitem(last=False)
 
@@ -399,7 +398,7 @@ class Lru:
         self._items.clear()
 
 
-class Structs(Lru):
+class Structs(Cache):
     """Dicts encoded as Struct messages, kept by content.
 
     Encoding a dict into a Struct runs in Python, field by field; a steady cluster returns the
@@ -411,7 +410,7 @@ class Structs(Lru):
         super().__init__(capacity)
         # Entries of shared bodies by the body's identity: each entry holds its body, so no other
         # object can take that identity while it is kept.
-        self._shared = Lru(capacity)
+        self._shared = Cache(capacity)
 
     def encoded(self, body: dict) -> bytes:
         return self.get(marshal.dumps(body), lambda: _struct(body))

@@ -9,6 +9,7 @@ Rules the engine applies to every component (function/serving/components.py):
   the component's readiness query).
 """
 
+import functools
 import marshal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs
 from function.output import Desired, Requirement
 from function.serving import gateway
-from function.serving.components import COMPONENTS, Component, Context
+from function.serving.components import COMPONENTS, RESOURCE_KEYS, Component, Context
 from function.versions import CHARTS
 
 GATEWAY_KIND = Requirement(names.API_VERSION, "InferenceGateway")
@@ -62,7 +63,6 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
     table = components(ctx.stack)
-    keys = {c.key: c.resource_key for c in table}
     pending: dict[str, str | None] = {}
     withheld: list[str] = []
     for component in table:
@@ -75,13 +75,11 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
             else:
                 facts.resources[key] = Desired(as_desired(seen.body), ready=seen.ready)
             continue
-        blocked = [d for d in component.after if not _ready(observed.get(keys[d]))]
-        if seen is None and not reachable:
-            pending[key] = "ProviderConfigs"
-            continue
-        if seen is None and blocked:
-            pending[key] = ", ".join(blocked)
-            continue
+        if seen is None:  # first composed once reachable and what it comes after is Ready
+            blocked = [d for d in component.after if not _ready(observed.get(RESOURCE_KEYS[d]))]
+            if not reachable or blocked:
+                pending[key] = ", ".join(blocked) if reachable else "ProviderConfigs"
+                continue
         body = _body(component, built, ctx, cluster.provider_config)
         facts.resources[key] = Desired(body, ready=seen is not None and seen.ready, shared=True)
 
@@ -107,9 +105,10 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     return facts
 
 
-def components(stack: str) -> list[Component]:
+@functools.cache
+def components(stack: str) -> tuple[Component, ...]:
     """The components of a stack, in table order."""
-    return [c for c in COMPONENTS if stack in c.stacks]
+    return tuple(c for c in COMPONENTS if stack in c.stacks)
 
 
 def requirements(schemas: Mapping[str, bool]) -> dict[str, Requirement]:
@@ -149,7 +148,7 @@ def observed_gateway(inputs: Inputs) -> tuple[str | None, str | None]:
 
 # Bodies by what they are made of: a cluster's stack is the same from one reconcile to the next,
 # so each body is made once and shared (never changed once made).
-BODIES = wire.Lru(2048)
+BODIES = wire.Cache(2048)
 
 
 def _body(component: Component, built: dict, ctx: Context, provider_config: str) -> dict:

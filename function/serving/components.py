@@ -6,6 +6,7 @@ needs their CRDs or their objects; the same edges order deletion (issue: Usages)
 component comes after also outlives it. Versions live in function/versions.py.
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +56,7 @@ class Component:
     # What build always returns, when it is not built from the cluster's context.
     fixed: dict | None = None
 
-    @property
+    @functools.cached_property
     def resource_key(self) -> str:
         return f"release-{self.key}" if self.chart else self.key
 
@@ -432,3 +433,5 @@ def table() -> tuple[Component, ...]:
 
 
 COMPONENTS: tuple[Component, ...] = table()
+# Each component's composed resource key, by component key (what `after` names).
+RESOURCE_KEYS = {c.key: c.resource_key for c in COMPONENTS}
