@@ -11,6 +11,7 @@ content. Nothing else in the function touches the wire.
 
 import marshal
 import math
+import struct
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -436,6 +437,111 @@ def _entry(key: str, body: dict, ready: bool) -> bytes:
 
 
 def _struct(body: dict) -> bytes:
-    struct = Struct()
-    struct.update(body)
-    return struct.SerializeToString(deterministic=True)
+    """body as a Struct message, byte for byte what the generated class writes deterministically."""
+    try:
+        return _fields(body)
+    except (KeyError, AttributeError, OverflowError, UnicodeError):
+        # Not plain data (a subclass, a key that is not a string): the generated class decides.
+        message = Struct()
+        message.update(body)
+        return message.SerializeToString(deterministic=True)
+
+
+# --- encoding Structs --------------------------------------------------------------------------
+# Struct.update runs in Python a field at a time, then serialises; writing the bytes directly is as
+# fast, and lets what never changes be encoded once: the component table's manifests and chart
+# values go into every cluster's bodies, so a cluster met for the first time pays only the rest.
+
+# Dicts declared never to change, by identity (each entry holds its dict): their Struct encoding.
+_FIXED: dict[int, tuple[dict, bytes]] = {}
+# The keys of a dict (as inserted) in upb's deterministic order (bytes ascending, a longer key
+# first where one is a prefix of the other; 0xFF never occurs in UTF-8), each with its encoded
+# field. Bodies are built by code, so the same keys come in the same order again and again.
+_ORDERS: dict[tuple, tuple[tuple[str, bytes], ...]] = {}
+_ORDERS_KEPT = 1 << 14
+_ORDER_KEYS_KEPT = 64
+_DOUBLE = struct.Struct("<d").pack
+_SIZES = [_varint(n) for n in range(1 << 14)]
+
+
+def fixed(value: dict) -> dict:
+    """Declare value never to change: it is encoded once, now, and spliced wherever it is held."""
+    _FIXED[id(value)] = (value, _fields(value))
+    return value
+
+
+def _size(n: int) -> bytes:
+    return _SIZES[n] if n < 16384 else _varint(n)
+
+
+def _order(keys: tuple) -> tuple[tuple[str, bytes], ...]:
+    order = _ORDERS.get(keys)
+    if order is None:
+        raw = {k: k.encode() for k in keys}
+        order = tuple(
+            (k, b"\x0a" + _size(len(raw[k])) + raw[k])
+            for k in sorted(keys, key=lambda k: raw[k] + b"\xff")
+        )
+        if len(keys) <= _ORDER_KEYS_KEPT and len(_ORDERS) < _ORDERS_KEPT:
+            _ORDERS[keys] = order
+    return order
+
+
+def _fields(value: dict) -> bytes:
+    """A Struct's encoding: its map entries, in upb's deterministic order."""
+    known = _FIXED.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    out = []
+    sizes = _SIZES  # lengths below 16 KiB, which is nearly all of them, from the table
+    for k, key in _order(tuple(value)):
+        item = value[k]
+        if type(item) is str:  # most values
+            raw = item.encode()
+            n = len(raw)
+            encoded = b"\x1a" + (sizes[n] if n < 16384 else _varint(n)) + raw
+        else:
+            encoded = _ENCODE[type(item)](item)
+        n = len(encoded)
+        entry = key + b"\x12" + (sizes[n] if n < 16384 else _varint(n)) + encoded
+        n = len(entry)
+        out.append(b"\x0a" + (sizes[n] if n < 16384 else _varint(n)) + entry)
+    return b"".join(out)
+
+
+def _items(values: list) -> bytes:
+    """A ListValue's encoding."""
+    out = []
+    for item in values:
+        encoded = _ENCODE[type(item)](item)
+        out.append(b"\x0a" + _size(len(encoded)) + encoded)
+    return b"".join(out)
+
+
+def _string(value: str) -> bytes:
+    raw = value.encode()
+    return b"\x1a" + _size(len(raw)) + raw
+
+
+def _struct_value(value: dict) -> bytes:
+    fields = _fields(value)
+    return b"\x2a" + _size(len(fields)) + fields
+
+
+def _list_value(value: list) -> bytes:
+    items = _items(value)
+    return b"\x32" + _size(len(items)) + items
+
+
+# A Value by the exact type of what it holds, as Struct.update sets it; any other type (a subclass
+# too) is a KeyError, and the generated class encodes the body instead.
+_ENCODE: dict[type, Callable[[Any], bytes]] = {
+    str: _string,
+    dict: _struct_value,
+    list: _list_value,
+    tuple: _list_value,
+    bool: lambda v: b"\x20\x01" if v else b"\x20\x00",
+    int: lambda v: b"\x11" + _DOUBLE(v),
+    float: lambda v: b"\x11" + _DOUBLE(v),
+    type(None): lambda _: b"\x08\x00",
+}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from function import names
+from function import names, wire
 from function.serving import gateway
 from function.versions import IMAGES
 
@@ -72,7 +72,8 @@ def manifest(key: str, body: dict | Build, **kw) -> Component:
 def _component(key: str, made: dict | Build, **kw) -> Component:
     if callable(made):
         return Component(key, made, **kw)
-    return Component(key, lambda _ctx: made, fixed=made, **kw)
+    # Encoded once for every cluster: the same manifest or values go into each one's body.
+    return Component(key, lambda _ctx: made, fixed=wire.fixed(made), **kw)
 
 
 def _crd(file: str) -> dict:
