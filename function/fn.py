@@ -263,8 +263,9 @@ class WireResource(ObservedResource):
 
 # Observed resources as last seen, by composite and resource name. Crossplane sends every observed
 # resource on every call, the same until a provider or the API server changes it: what was read of
-# one is read once. Kept by name and compared whole, a lookup never hashes a body.
-SEEN = wire.Cache(512)
+# one is read once. Kept by name and compared whole, a lookup never hashes a body. Sized for the
+# largest cluster (161 resources): a kept resource holds its bytes, and memory is the limit.
+SEEN = wire.Cache(256)
 
 
 def seen(where: tuple, data: bytes) -> WireResource:
