@@ -268,17 +268,17 @@ def _only_field(data: bytes, number: int) -> memoryview | None:
     (a message known to parse)."""
     found, i, end = None, 0, len(data)
     while i < end:
-        key, i = _read_varint(data, i)
+        key, i = read_varint(data, i)
         wire_type = key & 7
         if wire_type == 2:
-            size, i = _read_varint(data, i)
+            size, i = read_varint(data, i)
             if key >> 3 == number:
                 if found is not None:
                     return None
                 found = memoryview(data)[i : i + size]
             i += size
         elif wire_type == 0:
-            _, i = _read_varint(data, i)
+            _, i = read_varint(data, i)
         elif wire_type in (1, 5):
             i += 8 if wire_type == 1 else 4
         else:
@@ -286,7 +286,8 @@ def _only_field(data: bytes, number: int) -> memoryview | None:
     return found
 
 
-def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+def read_varint(data: bytes, i: int) -> tuple[int, int]:
+    """The varint at data[i:] and the index after it."""
     shift = result = 0
     while True:
         b = data[i]

@@ -41,7 +41,7 @@ import grpc
 from crossplane.function import logging
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import fn
+from function import fn, wire
 from function.compose import compose_cluster
 from function.fn import FunctionRunner
 from function.inputs import Observed, ObservedResource
@@ -282,12 +282,12 @@ def _requirements_field(data: bytes) -> bytes:
     """Concatenated payloads of field 5, skipping every other field without parsing it."""
     out, i = bytearray(), 0
     while i < len(data):
-        key, i = _varint(data, i)
+        key, i = wire.read_varint(data, i)
         number, wire_type = key >> 3, key & 7
         if wire_type == 0:
-            _, i = _varint(data, i)
+            _, i = wire.read_varint(data, i)
         elif wire_type == 2:
-            size, i = _varint(data, i)
+            size, i = wire.read_varint(data, i)
             if number == _REQUIREMENTS_ONLY:
                 out += data[i : i + size]
             i += size
@@ -296,17 +296,6 @@ def _requirements_field(data: bytes) -> bytes:
         else:
             raise ValueError(f"unexpected wire type {wire_type}")
     return bytes(out)
-
-
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = data[i]
-        result |= (b & 0x7F) << shift
-        i += 1
-        if b < 0x80:
-            return result, i
-        shift += 7
 
 
 @dataclass
