@@ -296,14 +296,15 @@ def observed(req: wire.Request, composite: dict) -> Observed:
     )
 
 
-BODIES = wire.Structs()
+# Encoded State entries of desired resources (by content, or by identity for shared bodies).
+ENCODED = wire.Structs()
 
 
 def forget() -> None:
     """Empty every cache kept by content: each answer is then made from nothing, as for a cluster
     not seen for longer than the caches remember (`make bench` measures it; nothing else needs
     it, since a cache can only be right)."""
-    for cache in (SEEN, COMPOSITES, REQUIRED, BODIES, PARSED, serving.BODIES, usages.USAGES):
+    for cache in (SEEN, COMPOSITES, REQUIRED, ENCODED, PARSED, serving.BODIES, usages.USAGES):
         cache.clear()
 
 
@@ -312,10 +313,10 @@ def encode(out: Output, rsp: fnv1.RunFunctionResponse, entries: dict[str, bytes]
     if out.deferred:
         return
     for key, desired in out.resources.items():
-        entries[key] = BODIES.entry(key, desired.body, desired.ready, shared=desired.shared)
+        entries[key] = ENCODED.entry(key, desired.body, desired.ready, shared=desired.shared)
     if out.status:
         # As resource.update: the status replaces any an earlier step desired.
-        rsp.desired.composite.resource.MergeFromString(BODIES.encoded({"status": out.status}))
+        rsp.desired.composite.resource.MergeFromString(ENCODED.encoded({"status": out.status}))
     if out.ready is not None:
         rsp.desired.composite.ready = READY[out.ready]
     if out.ready is False:
