@@ -17,8 +17,14 @@ The function remembers what it read and wrote by content, which a steady cluster
 reconcile. "cold" is a reconcile in-process with those caches emptied first: what a control plane
 with more clusters than they hold sees.
 
+Crossplane marshals every request afresh, and Go writes each map (a Struct's fields, the observed
+resources) in a random order: the same content rarely comes in the same bytes twice. Every caller
+here sends each request in one of several map orders, in turn, so nothing is measured that only
+identical bytes would make fast. The observed and required resources carry a uid and a
+resourceVersion, as read from the API server.
+
 Over gRPC, the caller is Go, as Crossplane is: tests/tools/benchclient runs the requirements loop
-with requests prepared here (make bench builds it). A Python caller's median is shown beside it,
+with requests prepared here (make bench builds it), marshalling them as Crossplane does. A Python caller's median is shown beside it,
 for comparison: its own protobuf and gRPC work is not the function's. The server runs on one core,
 the callers (and the in-process runs) on the other.
 """
@@ -33,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +47,8 @@ from pathlib import Path
 import grpc
 from crossplane.function import logging
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import descriptor_pb2
+from google.protobuf.descriptor import FileDescriptor
 
 from function import fn, wire
 from function.compose import compose_cluster
@@ -49,6 +58,7 @@ from function.server import tune_gc
 from tests.builders import example, provider_configs
 from tests.sim.providers import World, observe
 from tests.sim.workload import inference_gateway
+from tests.tools import goorder
 from tests.tools.server import ROOT, free_port, function_server, wait_for_port
 
 # Targets on a 2-core machine. Crossplane shares a 2-minute budget across every step and every
@@ -61,6 +71,8 @@ TARGETS = {
     "cold start to first answer (s)": 1.5,
 }
 RECONCILES = 200
+# Map orders each request is sent in (Crossplane marshals maps in a random order).
+ORDERS = 8
 SERVER_CORE, CALLER_CORE = 1, 0
 CONCURRENCY = 8
 THROUGHPUT_SECONDS = 3.0
@@ -112,7 +124,7 @@ def steady_state(case: Case) -> fnv1.RunFunctionRequest:
         req.observed.resources[key].resource.update(body)
     for key, items in case.bootstrap.items():
         for item in items:
-            req.required_resources[key].items.add().resource.update(item)
+            req.required_resources[key].items.add().resource.update(stored(item))
     for name in SCHEMAS:
         req.required_schemas[name].openapi_v3.update({"type": "object"})
     return req
@@ -129,12 +141,25 @@ def reported(body: dict, world: World) -> dict:
     return seen
 
 
+def stored(body: dict) -> dict:
+    """body as the API server keeps it: with an id and a version (a required resource)."""
+    body = copy.deepcopy(body)
+    name = body.get("metadata", {}).get("name", "")
+    body.setdefault("metadata", {}).update(
+        uid=f"0c5d7e9a-0000-4000-8000-{zlib.crc32(name.encode()):012d}",
+        resourceVersion="31877",
+        generation=1,
+        creationTimestamp="2026-11-30T09:00:00Z",
+    )
+    return body
+
+
 def with_server_metadata(body: dict, key: str) -> dict:
     """What the API server and Crossplane add: ids, versions, owner, and managedFields for
     Crossplane's apply and the provider's status updates."""
     meta = body.setdefault("metadata", {})
     meta.update(
-        uid=f"6b1e4c2a-0000-4000-8000-{abs(hash(key)) % 10**12:012d}",
+        uid=f"6b1e4c2a-0000-4000-8000-{zlib.crc32(key.encode()):012d}",
         resourceVersion="48213",
         generation=3,
         creationTimestamp="2026-11-30T10:00:00Z",
@@ -306,9 +331,19 @@ class Reconcile:
     asked: dict[str, list[dict]]
     # Answers already built and serialised, by requirements: that is Crossplane's work, not timed.
     answers: dict[bytes, bytes] = field(default_factory=dict)
+    # Each request in ORDERS map orders, as Crossplane marshals it, sent in turn.
+    reordered: dict[bytes, list[bytes]] = field(default_factory=dict)
+    turn: int = 0
 
     def __post_init__(self) -> None:
         self.first_bytes = self.first.SerializeToString()
+
+    def as_sent(self, request: bytes) -> bytes:
+        """request in the next of its map orders (goorder)."""
+        if request not in self.reordered:
+            self.reordered[request] = [goorder.shuffled(request, seed) for seed in range(ORDERS)]
+        self.turn += 1
+        return self.reordered[request][self.turn % ORDERS]
 
     def answer(self, requirements: bytes) -> bytes:
         if requirements not in self.answers:
@@ -318,7 +353,7 @@ class Reconcile:
                 target = req.required_resources[name]
                 target.SetInParent()
                 for item in self.asked.get(name, []):
-                    target.items.add().resource.update(item)
+                    target.items.add().resource.update(stored(item))
             self.answers[requirements] = req.SerializeToString()
         return self.answers[requirements]
 
@@ -349,6 +384,7 @@ def over_grpc_from_go(target: str, cases: list[dict], reconciles: int) -> dict[s
     if not GO_CLIENT.exists():
         raise SystemExit(f"{GO_CLIENT} is missing: run `make bench`, which builds it")
     job = {
+        "descriptors": base64.b64encode(descriptors(fnv1.DESCRIPTOR)).decode(),
         "target": target,
         "reconciles": reconciles,
         "concurrency": CONCURRENCY,
@@ -363,13 +399,30 @@ def over_grpc_from_go(target: str, cases: list[dict], reconciles: int) -> dict[s
     return {r["name"]: r for r in json.loads(out.stdout)}
 
 
+def descriptors(file: FileDescriptor) -> bytes:
+    """A FileDescriptorSet of file and every file it imports, for the Go client to marshal
+    RunFunctionRequests as Crossplane does."""
+    out, seen = descriptor_pb2.FileDescriptorSet(), set()
+
+    def add(f: FileDescriptor) -> None:
+        if f.name not in seen:
+            seen.add(f.name)
+            for dependency in f.dependencies:
+                add(dependency)
+            f.CopyToProto(out.file.add())
+
+    add(file)
+    return out.SerializeToString()
+
+
 def run_reconcile(call, reconcile: Reconcile) -> tuple[int, list[bytes], bytes]:
     """Call as Crossplane's requirements loop does, until the requirements repeat: the number of
-    calls, the requests sent and the last answer, all serialised."""
+    calls, the requests sent (each in a new map order, as Crossplane marshals them) and the last
+    answer, all serialised."""
     req, previous, sent = reconcile.first_bytes, None, []
     while True:
-        sent.append(req)
-        rsp = call(req)
+        sent.append(reconcile.as_sent(req))
+        rsp = call(sent[-1])
         requirements = requirements_of(rsp)
         if requirements == previous:
             return len(sent), sent, rsp

@@ -3,7 +3,10 @@
 //
 // It reads, on stdin, the cases tests/tools/bench.py prepared: each reconcile's first request
 // and, for every requirements answer the function gives, the request Crossplane would send next
-// (already built and serialised: fetching and building them is Crossplane's work, not timed).
+// (already built: fetching and building them is Crossplane's work, not timed). Crossplane
+// marshals each request afresh, without the deterministic option, so every map (a Struct's
+// fields, the observed resources) comes in a new order each call; here each request is
+// marshalled so, several times ahead of the timing, and the calls take turns between them.
 // It prints, per case, the calls of a reconcile, its median and p90 over gRPC, and reconciles
 // per second with concurrent callers sharing one connection.
 package main
@@ -24,6 +27,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
 )
 
 const (
@@ -34,6 +42,9 @@ const (
 	maxCalls = 6
 	// Sequential reconciles are timed in this many turns per case.
 	rounds = 5
+	// Each request is sent in this many map orders, in turn.
+	orders = 8
+	request = "apiextensions.fn.proto.v1.RunFunctionRequest"
 )
 
 type Step struct {
@@ -45,10 +56,57 @@ type Case struct {
 	Name  string `json:"name"`
 	First []byte `json:"first"`
 	Next  []Step `json:"next"`
-	next  map[string][]byte
+	first *variants
+	next  map[string]*variants
+}
+
+// variants is one request marshalled in several map orders, sent in turn.
+type variants struct {
+	data [][]byte
+	turn atomic.Uint64
+}
+
+func (v *variants) take() []byte {
+	return v.data[v.turn.Add(1)%uint64(len(v.data))]
+}
+
+// reorder marshals data (a RunFunctionRequest) as Crossplane does, again and again: Go ranges
+// over each map in a random order, so (nearly) every variant orders its maps differently.
+func reorder(typ protoreflect.MessageType, data []byte) (*variants, error) {
+	msg := typ.New().Interface()
+	if err := proto.Unmarshal(data, msg); err != nil {
+		return nil, err
+	}
+	v := &variants{}
+	for i := 0; i < orders; i++ {
+		out, err := proto.Marshal(msg)
+		if err != nil {
+			return nil, err
+		}
+		v.data = append(v.data, out)
+	}
+	return v, nil
+}
+
+// requestType is RunFunctionRequest from the descriptors bench.py sends (a FileDescriptorSet).
+func requestType(data []byte) (protoreflect.MessageType, error) {
+	var set descriptorpb.FileDescriptorSet
+	if err := proto.Unmarshal(data, &set); err != nil {
+		return nil, err
+	}
+	files, err := protodesc.NewFiles(&set)
+	if err != nil {
+		return nil, err
+	}
+	d, err := files.FindDescriptorByName(request)
+	if err != nil {
+		return nil, err
+	}
+	return dynamicpb.NewMessageType(d.(protoreflect.MessageDescriptor)), nil
 }
 
 type Input struct {
+	Descriptors []byte  `json:"descriptors"`
 	Target      string  `json:"target"`
 	Reconciles  int     `json:"reconciles"`
 	Concurrency int     `json:"concurrency"`
@@ -110,7 +168,7 @@ func requirements(rsp []byte) ([]byte, bool, error) {
 // reconcile calls until the function returns the requirements it returned before (none, on
 // the first call, counts as before), as Crossplane's FetchingFunctionRunner does.
 func reconcile(ctx context.Context, conn *grpc.ClientConn, c *Case, rsp *[]byte) (int, error) {
-	req := c.First
+	req := c.first.take()
 	var previous []byte
 	hadPrevious := false
 	for calls := 1; calls <= maxCalls; calls++ {
@@ -129,7 +187,7 @@ func reconcile(ctx context.Context, conn *grpc.ClientConn, c *Case, rsp *[]byte)
 		if !ok {
 			return calls, fmt.Errorf("%s: the function asked for requirements the bench did not prepare", c.Name)
 		}
-		req = next
+		req = next.take()
 	}
 	return maxCalls, errors.New("requirements did not stabilise")
 }
@@ -190,10 +248,19 @@ func run() error {
 	results := make([]Result, len(in.Cases))
 	samples := make([][]float64, len(in.Cases))
 	var rsp []byte
+	typ, err := requestType(in.Descriptors)
+	if err != nil {
+		return fmt.Errorf("cannot read the descriptors: %w", err)
+	}
 	for i, c := range in.Cases {
-		c.next = make(map[string][]byte, len(c.Next))
+		if c.first, err = reorder(typ, c.First); err != nil {
+			return err
+		}
+		c.next = make(map[string]*variants, len(c.Next))
 		for _, s := range c.Next {
-			c.next[string(s.Requirements)] = s.Request
+			if c.next[string(s.Requirements)], err = reorder(typ, s.Request); err != nil {
+				return err
+			}
 		}
 		calls, err := reconcile(context.Background(), conn, c, &rsp)
 		if err != nil {
