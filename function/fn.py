@@ -199,8 +199,8 @@ class RequiredResources(ConvertedOnRead):
         return [marshal.loads(b) for _, b in items]  # noqa: S302 - written by this process
 
 
-# Required resources by content: every call of every reconcile hands over the same classes and
-# InferenceGateways until one changes.
+# Required resources by version (wire.version), or by content without one: every call of every
+# reconcile hands over the same classes and InferenceGateways until one changes.
 REQUIRED = wire.Cache(1024)
 
 
@@ -212,7 +212,7 @@ def required_item(data: bytes) -> tuple[str | None, bytes]:
         name = wire.lookup(body, ("metadata", "name"))
         return (name if isinstance(name, str) else None), marshal.dumps(body.python())
 
-    return REQUIRED.get(data, convert)
+    return REQUIRED.get(wire.version(data) or data, convert)
 
 
 def referenced_classes(composite: dict) -> set[str]:
@@ -263,8 +263,9 @@ class WireResource(ObservedResource):
 
 # Observed resources as last seen, by composite and resource name. Crossplane sends every observed
 # resource on every call, the same until a provider or the API server changes it: what was read of
-# one is read once. Kept by name and compared whole, a lookup never hashes a body. Sized for the
-# largest cluster (161 resources): a kept resource holds its bytes, and memory is the limit.
+# one is read once. Kept by name, a lookup never hashes a body: the same bytes, or the same
+# version (wire.version) in new bytes, is the same resource. Sized for the largest cluster (161
+# resources): a kept resource holds its bytes, and memory is the limit.
 SEEN = wire.Cache(256)
 
 
@@ -272,9 +273,12 @@ def seen(where: tuple, data: bytes) -> WireResource:
     """The observed resource encoded as data (a Resource message: body, connection details)."""
     kept = SEEN.find(where)
     if kept is not None and kept[0] == data:
-        return kept[1]
+        return kept[2]
+    version = wire.version(data)
+    if kept is not None and version is not None and kept[1] == version:
+        return kept[2]
     resource = WireResource(wire.Resource(data))
-    SEEN.put(where, (data, resource))
+    SEEN.put(where, (data, version, resource))
     return resource
 
 

@@ -48,6 +48,17 @@ _LEAN = {
         "oneof bytes list_value = 6",  # ListValue
     ),
     "ListValue": ("repeated bytes values = 1",),  # Value
+    # A Resource down to its body's metadata fields, for version(): two levels of its body parsed.
+    "Versioned": ("Fields resource = 1", "map<string, bytes> connection_details = 2"),
+    "Fields": ("map<string, Field> fields = 1",),  # Struct
+    "Field": (  # Value
+        "oneof int32 null_value = 1",
+        "oneof double number_value = 2",
+        "oneof string string_value = 3",
+        "oneof bool bool_value = 4",
+        "oneof Struct struct_value = 5",
+        "oneof bytes list_value = 6",  # ListValue
+    ),
 }
 _PACKAGE = "modelplane.wire"
 
@@ -106,8 +117,8 @@ def _lean_classes() -> dict[str, type]:
 
 
 _CLASSES = _lean_classes()
-_REQUEST, _STATE, _RESOURCES, _RESOURCE, _SCHEMA, _STRUCT, _VALUE, _LIST = (
-    _CLASSES[m] for m in _LEAN
+_REQUEST, _STATE, _RESOURCES, _RESOURCE, _SCHEMA, _STRUCT, _VALUE, _LIST, _VERSIONED = (
+    _CLASSES[m] for m in _LEAN if m not in ("Fields", "Field")
 )
 
 
@@ -128,7 +139,7 @@ def parse(cls: type, data: bytes, what: str):
 def python(node: Value | Struct | ListValue) -> Any:
     """A whole protobuf Struct, ListValue or Value as plain Python (numbers as floats)."""
     if isinstance(node, Struct):
-        return {k: _value(v) for k, v in node.fields.items()}
+        return {k: _value(v) for k, v in sorted(node.fields.items())}
     if isinstance(node, ListValue):
         return [_value(v) for v in node.values]
     return _value(node)
@@ -136,8 +147,8 @@ def python(node: Value | Struct | ListValue) -> Any:
 
 def _value(value: Value) -> Any:
     kind = value.WhichOneof("kind")
-    if kind == "struct_value":
-        return {k: _value(v) for k, v in value.struct_value.fields.items()}
+    if kind == "struct_value":  # keys sorted: the same content, in any order, as the same dict
+        return {k: _value(v) for k, v in sorted(value.struct_value.fields.items())}
     if kind == "list_value":
         return [_value(v) for v in value.list_value.values]
     if kind == "number_value":
@@ -261,6 +272,37 @@ class Resource:
         if self._body is None:
             self._body = LazyStruct(self.data)
         return self._body
+
+
+def version(data: bytes) -> tuple | None:
+    """Of a Resource message as Crossplane sends it, what identifies its content whatever order
+    its maps come in: the body's metadata.uid and metadata.resourceVersion (as encoded Values),
+    the message's size and its connection details' names. None when the body has no uid or no
+    resourceVersion.
+
+    Crossplane marshals every request afresh, each map in a new order, so equal content rarely
+    comes in equal bytes. An object read from the API server gets a new resourceVersion with every
+    write, which is what every Kubernetes cache trusts; the size and the connection details' names
+    (which come from a Secret, not the object) are checked on top. upb parses the body two levels
+    deep, in C, and nothing else of it.
+    """
+    try:
+        message = _VERSIONED.FromString(data)
+    except DecodeError:  # told when the resource itself is read
+        return None
+    metadata = message.resource.fields.get("metadata")
+    if metadata is None:
+        return None
+    fields = metadata.struct_value.fields
+    uid, resource_version = fields.get("uid"), fields.get("resourceVersion")
+    if not (_is_text(uid) and _is_text(resource_version)):
+        return None
+    return uid, resource_version, len(data), frozenset(message.connection_details)
+
+
+def _is_text(value: bytes | None) -> bool:
+    """Whether value is an encoded Value holding a string that is not empty."""
+    return value is not None and len(value) > 2 and value[0] == 0x1A
 
 
 def _only_field(data: bytes, number: int) -> memoryview | None:

@@ -20,11 +20,13 @@ import pytest
 from crossplane.function import logging
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from google.protobuf import json_format
 
 from function import fn, wire
 from function.compose import compose_cluster
 from function.fn import FunctionRunner
 from tests.test_grpc import _cert, _pem, call, request, tls_dir  # noqa: F401 - fixture
+from tests.tools import goorder
 from tests.tools.bench import Reconcile, run_reconcile, steady_state, worst_case
 from tests.tools.server import ROOT, free_port, function_server, wait_for_port
 
@@ -138,6 +140,75 @@ def test_answers_are_byte_identical_whatever_the_function_remembers():
     shared = [k for k, d in once.resources.items() if d.shared]
     assert len(shared) > 50
     assert all(again.resources[k].body is once.resources[k].body for k in shared)
+
+
+def test_answers_are_byte_identical_in_any_map_order():
+    """Crossplane marshals each map in a new order on every call: the same reconcile sent in
+    other orders is answered with the same bytes, whatever the function remembers."""
+    logging.configure(logging.Level.DISABLED)
+    case = worst_case()
+    reconcile = Reconcile(steady_state(case), case.asked)
+    runner = FunctionRunner()
+    fn.forget()
+    _, sent, expected = run_reconcile(runner.answer, reconcile)
+    last = wire.Request(sent[-1])
+    orders = {goorder.shuffled(sent[-1], seed) for seed in range(6)}
+    assert len(orders) == 6
+    # What was read of each observed resource is reused, though its bytes are new.
+    name = case.xr["metadata"]["name"]
+    where = [(name, key) for key in last.observed if fn.SEEN.find((name, key))]
+    read = [fn.SEEN.find(w) for w in where]
+    assert len(read) > 100
+    assert runner.answer(next(iter(orders))) == expected
+    assert [fn.SEEN.find(w)[2] for w in where] == [r[2] for r in read]
+    for data in orders:
+        assert runner.answer(data) == expected
+        fn.forget()
+        assert runner.answer(data) == expected
+    assert wire.Request(data).observed.keys() == last.observed.keys()
+
+
+def observed_changed(data: bytes, key: str, change) -> bytes:
+    """data (a RunFunctionRequest) with the observed resource key's body changed."""
+    req = fnv1.RunFunctionRequest.FromString(data)
+    body = json_format.MessageToDict(req.observed.resources[key].resource)
+    change(body)
+    req.observed.resources[key].resource.Clear()
+    req.observed.resources[key].resource.update(body)
+    return req.SerializeToString()
+
+
+def not_ready(body: dict) -> None:
+    body["status"]["conditions"] = [
+        {**c, "status": "False", "reason": "Unavailable"} if c["type"] == "Ready" else c
+        for c in body["status"]["conditions"]
+    ]
+
+
+@pytest.mark.parametrize("new_version", [True, False], ids=["new-version", "same-version"])
+def test_an_observed_resource_that_changes_is_read_again(new_version):
+    """Observed resources are remembered by their version: one a provider changed is read anew,
+    with its new resourceVersion, or (never so from the API server) under the same one but with
+    another size."""
+    logging.configure(logging.Level.DISABLED)
+    case = worst_case()
+    runner = FunctionRunner()
+    _, sent, steady = run_reconcile(runner.answer, Reconcile(steady_state(case), case.asked))
+    key = "vpc"
+    assert ready(steady, key)
+
+    def creating(body: dict) -> None:
+        not_ready(body)
+        if new_version:
+            body["metadata"]["resourceVersion"] = "48214"
+
+    assert not ready(runner.answer(observed_changed(sent[-1], key, creating)), key)
+    assert ready(runner.answer(sent[-1]), key)
+
+
+def ready(answer: bytes, key: str) -> bool:
+    rsp = fnv1.RunFunctionResponse.FromString(answer)
+    return rsp.desired.resources[key].ready == fnv1.READY_TRUE
 
 
 def test_the_largest_admitted_cluster_answers_within_the_grpc_default():

@@ -1,5 +1,6 @@
 """The lean wire reader and writer agree with the generated protobuf classes they stand in for."""
 
+import copy
 import math
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from function import fn, wire
+from tests.tools import goorder
 from tests.unit.test_fn import cluster_request
 
 logging.configure(logging.Level.DISABLED)
@@ -160,6 +162,91 @@ def test_a_shared_body_is_encoded_once_then_known_by_identity():
     # An equal body that is another object is encoded (and kept) on its own.
     twin = {"spec": {"forProvider": {"manifest": {"kind": "Namespace"}}}}
     assert entries.entry("k", twin, True, shared=True) == first
+
+
+# A composed resource as the API server keeps it, and as Crossplane sends it: a Resource message.
+STORED = {
+    "apiVersion": "ec2.aws.m.upbound.io/v1beta1",
+    "kind": "VPC",
+    "metadata": {
+        "name": "vpc",
+        "uid": "9d0c4f5e-0000-4000-8000-000000000001",
+        "resourceVersion": "4182",
+        "labels": {"crossplane.io/composite": "c", "modelplane.ai/pool": "gpu"},
+        "annotations": {"crossplane.io/external-name": "vpc-0abc"},
+    },
+    "spec": {"forProvider": {"region": "us-east-2", "cidrBlock": "10.0.0.0/16"}},
+    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Available"}]},
+}
+
+
+def resource_message(body: dict, connection: dict[str, bytes] | None = None) -> bytes:
+    message = fnv1.Resource()
+    message.resource.update(body)
+    for key, value in (connection or {}).items():
+        message.connection_details[key] = value
+    return message.SerializeToString()
+
+
+def changed(body: dict, *path_and_value) -> dict:
+    out = copy.deepcopy(body)
+    *path, last, value = path_and_value
+    node = out
+    for step in path:
+        node = node[step]
+    node[last] = value
+    return out
+
+
+def test_a_version_is_the_same_in_any_map_order():
+    data = resource_message(STORED, {"kubeconfig": b"k", "endpoint": b"e"})
+    orders = [goorder.shuffled(data, seed, "Resource") for seed in range(8)]
+    assert len(set(orders)) > 1
+    assert {wire.version(d) for d in orders} == {wire.version(data)}
+    uid, resource_version, size, keys = wire.version(data)
+    assert (uid, resource_version) == (
+        wire.field(3, b"9d0c4f5e-0000-4000-8000-000000000001"),
+        wire.field(3, b"4182"),
+    )
+    assert (size, keys) == (len(data), {"kubeconfig", "endpoint"})
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        pytest.param(changed(STORED, "metadata", "resourceVersion", "4183"), id="resourceVersion"),
+        pytest.param(changed(STORED, "metadata", "uid", "another"), id="uid"),
+        # A body changed under the same resourceVersion (never from the API server) is told by
+        # its size, when that changes.
+        pytest.param(changed(STORED, "status", "conditions", 0, "status", "False"), id="size"),
+    ],
+)
+def test_a_version_changes_with_the_object_version_or_the_size(other):
+    assert wire.version(resource_message(other)) != wire.version(resource_message(STORED))
+
+
+def test_a_version_changes_with_the_connection_details_names_not_their_values():
+    one = wire.version(resource_message(STORED, {"kubeconfig": b"a"}))
+    assert wire.version(resource_message(STORED, {"kubeconfig": b"b"})) == one
+    assert wire.version(resource_message(STORED, {"kubeconfih": b"a"})) != one
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(resource_message(changed(STORED, "metadata", "uid", None)), id="no-uid"),
+        pytest.param(
+            resource_message({**STORED, "metadata": {"name": "vpc", "uid": "u"}}),
+            id="no-resourceVersion",
+        ),
+        pytest.param(resource_message({"spec": {}}), id="no-metadata"),
+        pytest.param(resource_message({"metadata": "text"}), id="metadata-not-an-object"),
+        pytest.param(resource_message(STORED)[:-9], id="cut-short"),
+        pytest.param(b"\x0a\x03\x0a\x01\xff", id="not-utf8"),
+    ],
+)
+def test_without_an_id_and_a_version_or_whole_bytes_there_is_no_version(data):
+    assert wire.version(data) is None
 
 
 def answer(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
