@@ -8,6 +8,7 @@ callers (tests, the v1beta1 service) go through the same path from and to messag
 import contextlib
 import marshal
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import grpc
 from crossplane.function import logging, resource, response
@@ -112,13 +113,7 @@ def run(kind: str | None, composite: dict, req: wire.Request) -> Output:
     if kind == names.INFERENCE_CLASS:
         return compose_class(composite)
     if kind == names.INFERENCE_CLUSTER:
-        return compose_cluster(
-            composite,
-            RequiredResources(req, composite),
-            observed(req, composite),
-            req.installed_schemas,
-            ask_first=fnv1.CAPABILITY_REQUIRED_RESOURCES in req.meta.capabilities,
-        )
+        return composed(composite, req)
     raise BadInput(
         f"this function composes InferenceCluster and InferenceClass, not kind {shown(kind)}"
     )
@@ -186,17 +181,22 @@ class ConvertedOnRead(Mapping):
 
 class RequiredResources(ConvertedOnRead):
     """Required resources by requirement name, as dicts; of a list of every InferenceClass, only
-    those the pools name."""
+    those the pools name. Given as required_item made them."""
 
-    def __init__(self, req: wire.Request, composite: dict) -> None:
-        super().__init__(req.required_resources)
+    def __init__(self, required: Mapping[str, tuple], composite: dict) -> None:
+        super().__init__(required)
         self._classes = referenced_classes(composite)
 
-    def _convert(self, key: str, value) -> list[dict]:
-        items = [required_item(item) for item in value.items]
+    def _convert(self, key: str, items: tuple) -> list[dict]:
         if key == names.ALL_CLASSES_REQUIREMENT:
-            items = [(n, b) for n, b in items if n in self._classes]
+            items = tuple((n, b) for n, b in items if n in self._classes)
         return [marshal.loads(b) for _, b in items]  # noqa: S302 - written by this process
+
+
+def required(req: wire.Request) -> dict[str, tuple]:
+    """Required resources by requirement name, each item as required_item makes it."""
+    items = req.required_resources
+    return {k: tuple(map(required_item, items[k].items)) for k in sorted(items)}
 
 
 # Required resources by version (wire.version), or by content without one: every call of every
@@ -269,17 +269,18 @@ class WireResource(ObservedResource):
 SEEN = wire.Cache(256)
 
 
-def seen(where: tuple, data: bytes) -> WireResource:
-    """The observed resource encoded as data (a Resource message: body, connection details)."""
+def seen(where: tuple, data: bytes) -> tuple[WireResource, tuple | bytes]:
+    """The observed resource encoded as data (a Resource message: body, connection details), and
+    what tells its content: its version, or without one its bytes."""
     kept = SEEN.find(where)
     if kept is not None and kept[0] == data:
-        return kept[2]
+        return kept[2], kept[1] or data
     version = wire.version(data)
     if kept is not None and version is not None and kept[1] == version:
-        return kept[2]
+        return kept[2], version
     resource = WireResource(wire.Resource(data))
     SEEN.put(where, (data, version, resource))
-    return resource
+    return resource, version or data
 
 
 class ObservedResources(ConvertedOnRead):
@@ -288,9 +289,12 @@ class ObservedResources(ConvertedOnRead):
     def __init__(self, source: Mapping, composite: str | None) -> None:
         super().__init__(source)
         self._composite = composite
+        # What tells each resource read: its version, or its bytes (seen).
+        self.read: dict[str, tuple | bytes] = {}
 
     def _convert(self, key: str, value: bytes) -> ObservedResource:
-        return seen((self._composite, key), value)
+        resource, self.read[key] = seen((self._composite, key), value)
+        return resource
 
 
 def observed(req: wire.Request, composite: dict) -> Observed:
@@ -298,6 +302,61 @@ def observed(req: wire.Request, composite: dict) -> Observed:
     return Observed(
         resources=ObservedResources(req.observed, name), status=composite.get("status", {})
     )
+
+
+@dataclass(frozen=True)
+class Made:
+    """A composition and everything it was made from."""
+
+    given: tuple  # the composite, the required resources, the installed kinds, ask_first
+    names: frozenset[str]  # the observed resources' names
+    read: tuple[tuple[str, tuple | bytes], ...]  # what tells each observed resource read
+    out: Output
+
+
+# Compositions by composite and requirements handed over (a reconcile's calls differ in those).
+# compose_cluster is a pure function of what it is given: while the composite, its required
+# resources, the observed resources' names and every observed resource it read are the same
+# (by version, or by bytes without one), so is its answer. A steady cluster, polled every minute,
+# is composed once, and its answer's entries encoded once (Output.encoded).
+COMPOSED = wire.Cache(32)
+
+
+def composed(composite: dict, req: wire.Request) -> Output:
+    name = composite.get("metadata", {}).get("name")
+    handed = required(req)
+    given = (
+        marshal.dumps(composite),
+        tuple(handed.items()),
+        tuple(sorted(req.installed_schemas.items())),
+        fnv1.CAPABILITY_REQUIRED_RESOURCES in req.meta.capabilities,
+    )
+    where = (name, tuple(handed))
+    made = COMPOSED.find(where)
+    if made is not None and _still(made, given, req.observed):
+        return made.out
+    seen_now = observed(req, composite)
+    out = compose_cluster(
+        composite,
+        RequiredResources(handed, composite),
+        seen_now,
+        req.installed_schemas,
+        ask_first=given[3],
+    )
+    read = tuple(sorted(seen_now.resources.read.items()))
+    COMPOSED.put(where, Made(given, frozenset(req.observed.keys()), read, out))
+    return out
+
+
+def _still(made: Made, given: tuple, observed: Mapping[str, bytes]) -> bool:
+    """Whether made was made from what is given now."""
+    if made.given != given or made.names != frozenset(observed.keys()):
+        return False
+    for key, told in made.read:
+        data = observed[key]
+        if data != told and wire.version(data) != told:
+            return False
+    return True
 
 
 # Encoded State entries of desired resources (by content, or by identity for shared bodies).
@@ -308,7 +367,8 @@ def forget() -> None:
     """Empty every cache kept by content: each answer is then made from nothing, as for a cluster
     not seen for longer than the caches remember (`make bench` measures it; nothing else needs
     it, since a cache can only be right)."""
-    for cache in (SEEN, COMPOSITES, REQUIRED, ENCODED, PARSED, serving.BODIES, usages.USAGES):
+    caches = (COMPOSED, SEEN, COMPOSITES, REQUIRED, ENCODED, PARSED, serving.BODIES, usages.USAGES)
+    for cache in caches:
         cache.clear()
 
 
@@ -316,8 +376,12 @@ def encode(out: Output, rsp: fnv1.RunFunctionResponse, entries: dict[str, bytes]
     encode_requirements(out, rsp)
     if out.deferred:
         return
-    for key, desired in out.resources.items():
-        entries[key] = ENCODED.entry(key, desired.body, desired.ready, shared=desired.shared)
+    if out.encoded is None:
+        out.encoded = {
+            key: ENCODED.entry(key, d.body, d.ready, shared=d.shared)
+            for key, d in out.resources.items()
+        }
+    entries.update(out.encoded)
     if out.status:
         # As resource.update: the status replaces any an earlier step desired.
         rsp.desired.composite.resource.MergeFromString(ENCODED.encoded({"status": out.status}))

@@ -206,6 +206,64 @@ def test_an_observed_resource_that_changes_is_read_again(new_version):
     assert ready(runner.answer(sent[-1]), key)
 
 
+def scaled(req: fnv1.RunFunctionRequest) -> None:
+    req.observed.composite.resource["spec"]["nodePools"][0]["maxNodeCount"] = 3
+
+
+def classes_gone(req: fnv1.RunFunctionRequest) -> None:
+    del req.required_resources["inference-classes"].items[:]
+
+
+def vpc_creating(req: fnv1.RunFunctionRequest) -> None:
+    body = json_format.MessageToDict(req.observed.resources["vpc"].resource)
+    not_ready(body)
+    body["metadata"]["resourceVersion"] = "48214"
+    req.observed.resources["vpc"].resource.Clear()
+    req.observed.resources["vpc"].resource.update(body)
+
+
+def vpc_gone(req: fnv1.RunFunctionRequest) -> None:
+    del req.observed.resources["vpc"]
+
+
+def stray(req: fnv1.RunFunctionRequest) -> None:
+    req.observed.resources["stray"].resource.update({"apiVersion": "v1", "kind": "ConfigMap"})
+
+
+def kinds_gone(req: fnv1.RunFunctionRequest) -> None:
+    for schema in req.required_schemas.values():
+        schema.ClearField("openapi_v3")
+
+
+@pytest.mark.parametrize(
+    ("change", "shows"),
+    [
+        (scaled, True),
+        (classes_gone, True),
+        (vpc_creating, True),
+        (vpc_gone, True),
+        (stray, False),
+        (kinds_gone, True),
+    ],
+)
+def test_a_kept_composition_is_answered_only_for_what_it_was_made_from(change, shows):
+    """The function keeps each composition with what it was made from: a request that differs in
+    the composite, a required resource, an observed resource or its names, or the installed kinds
+    is composed afresh, the answer the same as with nothing remembered."""
+    logging.configure(logging.Level.DISABLED)
+    case = worst_case()
+    runner = FunctionRunner()
+    _, sent, steady = run_reconcile(runner.answer, Reconcile(steady_state(case), case.asked))
+    req = fnv1.RunFunctionRequest.FromString(sent[-1])
+    change(req)
+    data = req.SerializeToString()
+    warm = runner.answer(data)
+    fn.forget()
+    assert runner.answer(data) == warm
+    assert (warm != steady) == shows
+    assert runner.answer(sent[-1]) == steady
+
+
 def ready(answer: bytes, key: str) -> bool:
     rsp = fnv1.RunFunctionResponse.FromString(answer)
     return rsp.desired.resources[key].ready == fnv1.READY_TRUE

@@ -69,7 +69,7 @@ def test_only_the_classes_pools_name_are_decoded():
     other.resource.update({"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass"})
     other.resource.update({"metadata": {"name": "unrelated"}, "spec": {"devices": "garbage"}})
     composite = resource.struct_to_dict(req.observed.composite.resource)
-    decoded = fn.RequiredResources(wire.Request(req.SerializeToString()), composite)
+    decoded = fn.RequiredResources(fn.required(wire.Request(req.SerializeToString())), composite)
     assert [c["metadata"]["name"] for c in decoded["inference-classes"]] == ["h100-8x-byo"]
     assert len(run(req).results) == 0  # the unrelated, broken class is never even parsed
 
