@@ -7,7 +7,8 @@ cloud ProviderConfig), and the second call composes. Every composed resource is 
 with the metadata the API server keeps (managedFields included), as the providers would report it.
 
 Per case: composed resources; request and response bytes; a reconcile's median and p90
-in-process and over gRPC (server on loopback), all rounds included; calls per reconcile;
+in-process and over gRPC (server on loopback), all rounds included; the same over gRPC from a
+server that answers without the function (tests/tools/echo.py: the floor); calls per reconcile;
 throughput with 8 concurrent callers; the ratio of the median to the pure protobuf cost of parsing
 the requests and serialising the responses. Then the server's peak RSS and its cold start to a
 first answer. Exits non-zero when a target is missed. `--profile steady|made` prints the top
@@ -36,10 +37,12 @@ import base64
 import contextlib
 import copy
 import json
+import marshal
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from collections.abc import Iterator
@@ -381,7 +384,9 @@ def go_case(name: str, reconcile: Reconcile, call) -> dict:
     }
 
 
-def over_grpc_from_go(target: str, cases: list[dict], reconciles: int) -> dict[str, dict]:
+def over_grpc_from_go(
+    target: str, cases: list[dict], reconciles: int, seconds: float = THROUGHPUT_SECONDS
+) -> dict[str, dict]:
     """Each case's calls, median, p90 and throughput, as the Go client measured them."""
     if not GO_CLIENT.exists():
         raise SystemExit(f"{GO_CLIENT} is missing: run `make bench`, which builds it")
@@ -390,7 +395,7 @@ def over_grpc_from_go(target: str, cases: list[dict], reconciles: int) -> dict[s
         "target": target,
         "reconciles": reconciles,
         "concurrency": CONCURRENCY,
-        "seconds": THROUGHPUT_SECONDS,
+        "seconds": seconds,
         "cases": cases,
     }
     out = subprocess.run(
@@ -399,6 +404,41 @@ def over_grpc_from_go(target: str, cases: list[dict], reconciles: int) -> dict[s
     if out.returncode != 0:
         raise SystemExit(f"benchclient failed: {out.stderr.decode().strip()}")
     return {r["name"]: r for r in json.loads(out.stdout)}
+
+
+@contextlib.contextmanager
+def echo_server(answers: dict[int, bytes]) -> Iterator[str]:
+    """The target of tests/tools/echo.py answering with answers (by request size)."""
+    with tempfile.NamedTemporaryFile() as file:
+        file.write(marshal.dumps(answers))
+        file.flush()
+        port = free_port()
+        address = f"127.0.0.1:{port}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.tools.echo", f"--address={address}", file.name],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_port(port, proc)
+            yield address
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def answers_by_size(reconciles: dict[str, Reconcile], call) -> dict[int, bytes]:
+    """The answer to every request of every reconcile, by the request's size (which no map order
+    changes), for the echo server."""
+    answers: dict[int, bytes] = {}
+    for reconcile in reconciles.values():
+        _, sent, _ = run_reconcile(call, reconcile)
+        for request in sent:
+            answer = call(request)
+            if answers.setdefault(len(request), answer) != answer:
+                raise SystemExit(f"two requests of {len(request)} bytes: the echo cannot tell them")
+    return answers
 
 
 def descriptors(file: FileDescriptor) -> bytes:
@@ -537,7 +577,8 @@ def main() -> int:
     in_process = FunctionRunner().answer
     header = (
         f"{'case':20} {'res':>4} {'req KiB':>8} {'rsp KiB':>8} {'calls':>5} "
-        f"{'in-proc p50/p90 ms':>18} {'made p50':>8} {'cold p50':>8} {'gRPC p50/p90 ms':>16} {'x pb':>5} "
+        f"{'in-proc p50/p90 ms':>18} {'made p50':>8} {'cold p50':>8} {'gRPC p50/p90 ms':>16} "
+        f"{'echo p50':>8} {'x pb':>5} "
         f"{'rec/s x8':>8} {'py client':>9}"
     )
     print(header)
@@ -549,11 +590,10 @@ def main() -> int:
     ):
         call = raw_stub(channel)
         python_client = lambda r: call(r, timeout=30)  # noqa: E731
-        go = over_grpc_from_go(
-            server.target,
-            [go_case(name, rc, in_process) for name, rc in reconciles.items()],
-            args.reconciles,
-        )
+        go_cases = [go_case(name, rc, in_process) for name, rc in reconciles.items()]
+        go = over_grpc_from_go(server.target, go_cases, args.reconciles)
+        with own_core(SERVER_CORE), echo_server(answers_by_size(reconciles, in_process)) as echo:
+            floor = over_grpc_from_go(echo, go_cases, args.reconciles, seconds=0.2)
         for name, reconcile in reconciles.items():
             calls, sent, last = run_reconcile(python_client, reconcile)
             local = timed(lambda rc=reconcile: run_reconcile(in_process, rc), args.reconciles)
@@ -580,7 +620,8 @@ def main() -> int:
                 f"{sum(len(b) for b in sent) / 1024:>8.1f} {len(last) / 1024:>8.1f} "
                 f"{calls:>5} {statistics.median(local):>8.2f}/{p90(local):<9.2f}"
                 f"{statistics.median(made):>8.2f} {statistics.median(cold):>8.2f} "
-                f"{median:>7.2f}/{measured['p90_ms']:<8.2f} {median / pure:>5.1f} "
+                f"{median:>7.2f}/{measured['p90_ms']:<8.2f} {floor[name]['median_ms']:>8.2f} "
+                f"{median / pure:>5.1f} "
                 f"{measured['per_second']:>8.0f} {statistics.median(remote):>9.2f}"
             )
         results["server peak RSS (MiB)"] = peak_rss_mib(server.pid)
