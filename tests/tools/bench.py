@@ -27,9 +27,9 @@ identical bytes would make fast. The observed and required resources carry a uid
 resourceVersion, as read from the API server.
 
 Over gRPC, the caller is Go, as Crossplane is: tests/tools/benchclient runs the requirements loop
-with requests prepared here (make bench builds it), marshalling them as Crossplane does. A Python caller's median is shown beside it,
-for comparison: its own protobuf and gRPC work is not the function's. The server runs on one core,
-the callers (and the in-process runs) on the other.
+with requests prepared here (make bench builds it), marshalling them as Crossplane does. A Python
+caller's median is shown beside it, for comparison: its own protobuf and gRPC work is not the
+function's. The server runs on one core, the callers (and the in-process runs) on the other.
 """
 
 import argparse
