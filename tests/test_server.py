@@ -142,20 +142,25 @@ def test_answers_are_byte_identical_whatever_the_function_remembers():
     assert all(again.resources[k].body is once.resources[k].body for k in shared)
 
 
+def reconciled_worst_case() -> tuple[str, FunctionRunner, list[bytes], bytes]:
+    """The worst case reconciled once in steady state, from empty caches: its name, the runner,
+    the requests sent and the last answer."""
+    logging.configure(logging.Level.DISABLED)
+    case = worst_case()
+    runner = FunctionRunner()
+    fn.forget()
+    _, sent, answer = run_reconcile(runner.answer, Reconcile(steady_state(case), case.asked))
+    return case.xr["metadata"]["name"], runner, sent, answer
+
+
 def test_answers_are_byte_identical_in_any_map_order():
     """Crossplane marshals each map in a new order on every call: the same reconcile sent in
     other orders is answered with the same bytes, whatever the function remembers."""
-    logging.configure(logging.Level.DISABLED)
-    case = worst_case()
-    reconcile = Reconcile(steady_state(case), case.asked)
-    runner = FunctionRunner()
-    fn.forget()
-    _, sent, expected = run_reconcile(runner.answer, reconcile)
+    name, runner, sent, expected = reconciled_worst_case()
     last = wire.Request(sent[-1])
     orders = {goorder.shuffled(sent[-1], seed) for seed in range(6)}
     assert len(orders) == 6
     # What was read of each observed resource is reused, though its bytes are new.
-    name = case.xr["metadata"]["name"]
     where = [(name, key) for key in last.observed if fn.SEEN.find((name, key))]
     read = [fn.SEEN.find(w) for w in where]
     assert len(read) > 100
@@ -168,41 +173,34 @@ def test_answers_are_byte_identical_in_any_map_order():
     assert wire.Request(data).observed.keys() == last.observed.keys()
 
 
-def observed_changed(data: bytes, key: str, change) -> bytes:
-    """data (a RunFunctionRequest) with the observed resource key's body changed."""
-    req = fnv1.RunFunctionRequest.FromString(data)
+def change_observed(req: fnv1.RunFunctionRequest, key: str, change) -> None:
+    """Change the body of req's observed resource key."""
     body = json_format.MessageToDict(req.observed.resources[key].resource)
     change(body)
     req.observed.resources[key].resource.Clear()
     req.observed.resources[key].resource.update(body)
-    return req.SerializeToString()
 
 
-def not_ready(body: dict) -> None:
+def not_ready(body: dict, resource_version: str | None = None) -> None:
     body["status"]["conditions"] = [
         {**c, "status": "False", "reason": "Unavailable"} if c["type"] == "Ready" else c
         for c in body["status"]["conditions"]
     ]
+    if resource_version:
+        body["metadata"]["resourceVersion"] = resource_version
 
 
-@pytest.mark.parametrize("new_version", [True, False], ids=["new-version", "same-version"])
-def test_an_observed_resource_that_changes_is_read_again(new_version):
+@pytest.mark.parametrize("resource_version", ["48214", None], ids=["new-version", "same-version"])
+def test_an_observed_resource_that_changes_is_read_again(resource_version):
     """Observed resources are remembered by their version: one a provider changed is read anew,
     with its new resourceVersion, or (never so from the API server) under the same one but with
     another size."""
-    logging.configure(logging.Level.DISABLED)
-    case = worst_case()
-    runner = FunctionRunner()
-    _, sent, steady = run_reconcile(runner.answer, Reconcile(steady_state(case), case.asked))
+    _, runner, sent, steady = reconciled_worst_case()
     key = "vpc"
     assert ready(steady, key)
-
-    def creating(body: dict) -> None:
-        not_ready(body)
-        if new_version:
-            body["metadata"]["resourceVersion"] = "48214"
-
-    assert not ready(runner.answer(observed_changed(sent[-1], key, creating)), key)
+    req = fnv1.RunFunctionRequest.FromString(sent[-1])
+    change_observed(req, key, lambda body: not_ready(body, resource_version))
+    assert not ready(runner.answer(req.SerializeToString()), key)
     assert ready(runner.answer(sent[-1]), key)
 
 
@@ -215,11 +213,7 @@ def classes_gone(req: fnv1.RunFunctionRequest) -> None:
 
 
 def vpc_creating(req: fnv1.RunFunctionRequest) -> None:
-    body = json_format.MessageToDict(req.observed.resources["vpc"].resource)
-    not_ready(body)
-    body["metadata"]["resourceVersion"] = "48214"
-    req.observed.resources["vpc"].resource.Clear()
-    req.observed.resources["vpc"].resource.update(body)
+    change_observed(req, "vpc", lambda body: not_ready(body, "48214"))
 
 
 def vpc_gone(req: fnv1.RunFunctionRequest) -> None:
@@ -250,10 +244,7 @@ def test_a_kept_composition_is_answered_only_for_what_it_was_made_from(change, s
     """The function keeps each composition with what it was made from: a request that differs in
     the composite, a required resource, an observed resource or its names, or the installed kinds
     is composed afresh, the answer the same as with nothing remembered."""
-    logging.configure(logging.Level.DISABLED)
-    case = worst_case()
-    runner = FunctionRunner()
-    _, sent, steady = run_reconcile(runner.answer, Reconcile(steady_state(case), case.asked))
+    _, runner, sent, steady = reconciled_worst_case()
     req = fnv1.RunFunctionRequest.FromString(sent[-1])
     change(req)
     data = req.SerializeToString()
