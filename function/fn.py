@@ -121,19 +121,14 @@ def run(kind: str | None, composite: dict, req: wire.Request) -> Output:
 
 # What the function reads of its composite: never its managedFields or other server metadata.
 _COMPOSITE_FIELDS = ("apiVersion", "kind", "spec", "status")
-# Composites by content, converted: both calls of a reconcile carry the same one.
-COMPOSITES = wire.Cache(256)
 
 
 def composite_of(composite: wire.Resource | None) -> dict:
-    """The composite's identity, spec and status as a dict of its own."""
+    """The composite's identity, spec and status as a dict of its own. Converted on every call:
+    Crossplane writes its maps in a new order each time, so its bytes never repeat."""
     if composite is None:
         return {}
-    converted = COMPOSITES.get(composite.data, lambda: marshal.dumps(_composite(composite.body)))
-    return marshal.loads(converted)  # noqa: S302 - bytes this process wrote itself
-
-
-def _composite(body: wire.LazyStruct) -> dict:
+    body = composite.body
     out = {k: wire.lookup(body, (k,)) for k in _COMPOSITE_FIELDS if k in body}
     name = wire.lookup(body, ("metadata", "name"))
     out["metadata"] = {"name": name} if isinstance(name, str) else {}
@@ -367,8 +362,7 @@ def forget() -> None:
     """Empty every cache kept by content: each answer is then made from nothing, as for a cluster
     not seen for longer than the caches remember (`make bench` measures it; nothing else needs
     it, since a cache can only be right)."""
-    caches = (COMPOSED, SEEN, COMPOSITES, REQUIRED, ENCODED, PARSED, serving.BODIES, usages.USAGES)
-    for cache in caches:
+    for cache in (COMPOSED, SEEN, REQUIRED, ENCODED, PARSED, serving.BODIES, usages.USAGES):
         cache.clear()
 
 

@@ -118,7 +118,18 @@ def _lean_classes() -> dict[str, type]:
 
 _CLASSES = _lean_classes()
 _REQUEST, _STATE, _RESOURCES, _RESOURCE, _SCHEMA, _STRUCT, _VALUE, _LIST, _VERSIONED = (
-    _CLASSES[m] for m in _LEAN if m not in ("Fields", "Field")
+    _CLASSES[m]
+    for m in (
+        "RunFunctionRequest",
+        "State",
+        "Resources",
+        "Resource",
+        "Schema",
+        "Struct",
+        "Value",
+        "ListValue",
+        "Versioned",
+    )
 )
 
 
@@ -139,18 +150,27 @@ def parse(cls: type, data: bytes, what: str):
 def python(node: Value | Struct | ListValue) -> Any:
     """A whole protobuf Struct, ListValue or Value as plain Python (numbers as floats)."""
     if isinstance(node, Struct):
-        return {k: _value(v) for k, v in sorted(node.fields.items())}
+        return _object(node)
     if isinstance(node, ListValue):
-        return [_value(v) for v in node.values]
+        return _array(node)
     return _value(node)
+
+
+def _object(node: Struct) -> dict:
+    # Keys sorted: the same content, in whatever order its map came, is the same dict.
+    return {k: _value(v) for k, v in sorted(node.fields.items())}
+
+
+def _array(node: ListValue) -> list:
+    return [_value(v) for v in node.values]
 
 
 def _value(value: Value) -> Any:
     kind = value.WhichOneof("kind")
-    if kind == "struct_value":  # keys sorted: the same content, in any order, as the same dict
-        return {k: _value(v) for k, v in sorted(value.struct_value.fields.items())}
+    if kind == "struct_value":
+        return _object(value.struct_value)
     if kind == "list_value":
-        return [_value(v) for v in value.list_value.values]
+        return _array(value.list_value)
     if kind == "number_value":
         return _finite(value.number_value)
     return None if kind in (None, "null_value") else getattr(value, kind)
