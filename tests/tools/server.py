@@ -42,7 +42,8 @@ def function_server(*extra_args: str, insecure: bool = True) -> Iterator[Server]
     """Yield the gRPC target of a function started as `python -m function [--insecure]`.
 
     With FUNCTION_LOG_DIR set (the test session sets it), the server logs at debug level into a
-    file there, which the secrets scan reads at the end of the session.
+    file there (structlog writes to stdout, tracebacks go to stderr: both), which the secrets scan
+    reads at the end of the session.
     """
     port = free_port()
     log_dir = os.environ.get("FUNCTION_LOG_DIR")
@@ -59,7 +60,7 @@ def function_server(*extra_args: str, insecure: bool = True) -> Iterator[Server]
         ],
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.DEVNULL,
+        stdout=log or subprocess.DEVNULL,
         stderr=log or subprocess.PIPE,
     )
     try:
