@@ -6,7 +6,9 @@ callers (tests, the v1beta1 service) go through the same path from and to messag
 """
 
 import contextlib
+import functools
 import marshal
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -34,8 +36,11 @@ SETTLED_TTL_SECONDS = int(response.DEFAULT_TTL.total_seconds())
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     """Composes InferenceClusters and checks InferenceClasses."""
 
-    def __init__(self) -> None:
-        self.log = logging.get_logger()
+    @functools.cached_property
+    def log(self):
+        """structlog's logger, bound on first use (after logging is configured): its lazy proxy
+        binds a new one for every message, even one its level drops."""
+        return logging.get_logger().bind()
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
@@ -48,27 +53,38 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
 
     def answer(self, data: bytes) -> bytes:
         """The serialised RunFunctionResponse to a serialised RunFunctionRequest."""
-        req = kind = name = None
+        req = None
         try:
             req = wire.Request(data)
             rsp, entries = respond_to(req)
-            composite = composite_of(req.composite)
-            kind = composite.get("kind")
-            name = composite.get("metadata", {}).get("name")
-            out = run(kind, composite, req)
-            encode(out, rsp, entries)
+            kind, name, out = outcome(req)
+            if out.ready is False:
+                # Not there yet: look again sooner than a settled cluster needs (what is awaited,
+                # a class or a ProviderConfig, is not watched by Crossplane, only polled).
+                rsp.meta.ttl.FromSeconds(UNREADY_TTL_SECONDS)
             self.log.debug("composed", kind=kind, name=name, resources=len(out.resources))
-            return serialise(rsp, entries)
+            # What out answers follows what the request brings: the parser merges both.
+            return serialise(rsp, entries) + encoded(out)
         except BadInput as e:
+            kind, name = identity(req)
             self.log.info("bad input", kind=kind, name=name, error=str(e))
             message = str(e)
         except Exception:
+            kind, name = identity(req)
             # A bug, not bad input: log the traceback here, keep it out of the XR's events.
             self.log.exception("cannot compose", kind=kind, name=name)
             message = (
                 f"internal error composing {shown(kind)} {shown(name)}; see the function's logs"
             )
         return failed(req, message)
+
+
+def identity(req: wire.Request | None) -> tuple[str | None, str | None]:
+    """The composite's kind and name, as far as they can be read, for a failure's message."""
+    with contextlib.suppress(Exception):
+        body = req.composite.body
+        return wire.lookup(body, ("kind",)), wire.lookup(body, ("metadata", "name"))
+    return None, None
 
 
 def respond_to(req: wire.Request) -> tuple[fnv1.RunFunctionResponse, dict[str, bytes]]:
@@ -109,11 +125,48 @@ def serialise(rsp: fnv1.RunFunctionResponse, entries: dict[str, bytes]) -> bytes
     return data + wire.field(2, b"".join(entries[k] for k in sorted(entries)))
 
 
-def run(kind: str | None, composite: dict, req: wire.Request) -> Output:
+# Answers by the request's tag, with what the requirements loop adds to a request after tagging
+# it. Crossplane tags a request with a SHA-256 of the whole request, marshalled deterministically
+# (its composite, every observed resource with its connection details, the bootstrap required
+# resources and schemas, context, input and credentials): equal tags, equal requests, whatever
+# order their maps came in. The calls of a requirements loop keep the first call's tag; what the
+# loop fetched (required resources and schemas) and the capabilities are keyed by content. A
+# steady cluster's reconcile is then known without reading what it observes. A tag that is not a
+# SHA-256 (a hand-made request's) vouches for nothing.
+TAGGED = wire.Cache(64)
+_CONTENT_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def outcome(req: wire.Request) -> tuple[str | None, str | None, Output]:
+    """The composite's kind and name, and the function's Output for the request."""
+    handed = required(req)
+    if not _CONTENT_HASH.fullmatch(req.meta.tag):  # crossplane render sends none
+        return made_for(req, handed)
+    key = (
+        req.meta.tag,
+        tuple(req.meta.capabilities),
+        tuple(handed.items()),
+        tuple(sorted(req.installed_schemas.items())),
+    )
+    kept = TAGGED.find(key)
+    if kept is None:
+        kept = made_for(req, handed)
+        TAGGED.put(key, kept)
+    return kept
+
+
+def made_for(req: wire.Request, handed: dict[str, tuple]) -> tuple[str | None, str | None, Output]:
+    composite = composite_of(req.composite)
+    kind = composite.get("kind")
+    name = composite.get("metadata", {}).get("name")
+    return kind, name, run(kind, composite, req, handed)
+
+
+def run(kind: str | None, composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Output:
     if kind == names.INFERENCE_CLASS:
         return compose_class(composite)
     if kind == names.INFERENCE_CLUSTER:
-        return composed(composite, req)
+        return composed(composite, req, handed)
     raise BadInput(
         f"this function composes InferenceCluster and InferenceClass, not kind {shown(kind)}"
     )
@@ -313,13 +366,12 @@ class Made:
 # compose_cluster is a pure function of what it is given: while the composite, its required
 # resources, the observed resources' names and every observed resource it read are the same
 # (by version, or by bytes without one), so is its answer. A steady cluster, polled every minute,
-# is composed once, and its answer's entries encoded once (Output.encoded).
+# is composed once, and its answer encoded once (Output.encoded).
 COMPOSED = wire.Cache(32)
 
 
-def composed(composite: dict, req: wire.Request) -> Output:
+def composed(composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Output:
     name = composite.get("metadata", {}).get("name")
-    handed = required(req)
     given = (
         marshal.dumps(composite),
         tuple(handed.items()),
@@ -362,29 +414,33 @@ def forget() -> None:
     """Empty every cache kept by content: each answer is then made from nothing, as for a cluster
     not seen for longer than the caches remember (`make bench` measures it; nothing else needs
     it, since a cache can only be right)."""
-    for cache in (COMPOSED, SEEN, REQUIRED, ENCODED, PARSED, serving.BODIES, usages.USAGES):
+    for cache in (TAGGED, COMPOSED, SEEN, REQUIRED, ENCODED, PARSED, serving.BODIES, usages.USAGES):
         cache.clear()
 
 
-def encode(out: Output, rsp: fnv1.RunFunctionResponse, entries: dict[str, bytes]) -> None:
-    encode_requirements(out, rsp)
-    if out.deferred:
-        return
+def encoded(out: Output) -> bytes:
+    """What out answers, serialised once: its requirements, the composite's status and readiness,
+    the desired resources, conditions and results. A kept Output is answered again as it is."""
     if out.encoded is None:
-        out.encoded = {
-            key: ENCODED.entry(key, d.body, d.ready, shared=d.shared)
-            for key, d in out.resources.items()
-        }
-    entries.update(out.encoded)
+        rsp, entries = fnv1.RunFunctionResponse(), {}
+        encode_requirements(out, rsp)
+        if not out.deferred:
+            encode(out, rsp)
+            entries = {
+                key: ENCODED.entry(key, d.body, d.ready, shared=d.shared)
+                for key, d in out.resources.items()
+            }
+        out.encoded = serialise(rsp, entries)
+    return out.encoded
+
+
+def encode(out: Output, rsp: fnv1.RunFunctionResponse) -> None:
     if out.status:
-        # As resource.update: the status replaces any an earlier step desired.
+        # As resource.update: the status replaces any an earlier step desired (the parser merges
+        # the composite's fields, the later value of a key winning).
         rsp.desired.composite.resource.MergeFromString(ENCODED.encoded({"status": out.status}))
     if out.ready is not None:
         rsp.desired.composite.ready = READY[out.ready]
-    if out.ready is False:
-        # Not there yet: look again sooner than a settled cluster needs (what is awaited, a class
-        # or a ProviderConfig, is not watched by Crossplane, only polled).
-        rsp.meta.ttl.FromSeconds(UNREADY_TTL_SECONDS)
     response.set_conditions(
         rsp,
         *(

@@ -59,8 +59,8 @@ class Output:
     ready: bool | None = None
     # Only requirements: Crossplane calls again with them answered, and only that answer counts.
     deferred: bool = False
-    # The resources' encoded State entries, once written (fn.py answers a kept Output again).
-    encoded: dict[str, bytes] | None = field(default=None, compare=False, repr=False)
+    # Its part of the answer, once serialised (fn.py answers a kept Output again).
+    encoded: bytes | None = field(default=None, compare=False, repr=False)
 
 
 def shown(value: object, limit: int = 64) -> str:

@@ -28,7 +28,7 @@ from function.output import BadInput
 _LEAN = {
     "RunFunctionRequest": (
         "bytes meta = 1",  # RequestMeta
-        "State observed = 2",
+        "bytes observed = 2",  # State, parsed when a call is not known by its tag
         "bytes desired = 3",  # State, handed back as it came
         "optional bytes context = 5",  # Struct, handed back as it came
         "map<string, Resources> required_resources = 8",
@@ -366,16 +366,23 @@ class Request:
     def __init__(self, data: bytes) -> None:
         self._message = parse(_REQUEST, data, "RunFunctionRequest")
         self.meta = parse(fnv1.RequestMeta, self._message.meta, "meta")
+        self._observed = None
+
+    @property
+    def _state(self):
+        if self._observed is None:
+            self._observed = parse(_STATE, self._message.observed, "observed state")
+        return self._observed
 
     @property
     def composite(self) -> Resource | None:
-        data = self._message.observed.composite
+        data = self._state.composite
         return Resource(data) if data else None
 
     @property
     def observed(self) -> Mapping[str, bytes]:
         """Observed composed resources by name, as Resource message bytes."""
-        return self._message.observed.resources
+        return self._state.resources
 
     @property
     def desired(self) -> bytes:

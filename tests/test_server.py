@@ -27,7 +27,7 @@ from function.compose import compose_cluster
 from function.fn import FunctionRunner
 from tests.test_grpc import _cert, _pem, call, request, tls_dir  # noqa: F401 - fixture
 from tests.tools import goorder
-from tests.tools.bench import Reconcile, run_reconcile, steady_state, worst_case
+from tests.tools.bench import Reconcile, run_reconcile, steady_state, tagged, worst_case
 from tests.tools.server import ROOT, free_port, function_server, wait_for_port
 
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
@@ -142,21 +142,35 @@ def test_answers_are_byte_identical_whatever_the_function_remembers():
     assert all(again.resources[k].body is once.resources[k].body for k in shared)
 
 
-def reconciled_worst_case() -> tuple[str, FunctionRunner, list[bytes], bytes]:
-    """The worst case reconciled once in steady state, from empty caches: its name, the runner,
-    the requests sent and the last answer."""
+# Crossplane tags each request with a hash of its content; crossplane render sends none. Either
+# way an answer must be what the function gives with nothing remembered.
+TAGS = ["crossplane", "render"]
+
+
+def reconciled_worst_case(tags: str) -> tuple[str, FunctionRunner, list[bytes], bytes]:
+    """The worst case reconciled once in steady state, from empty caches, its requests tagged as
+    tags sends them: its name, the runner, the requests sent and the last answer."""
     logging.configure(logging.Level.DISABLED)
     case = worst_case()
     runner = FunctionRunner()
     fn.forget()
-    _, sent, answer = run_reconcile(runner.answer, Reconcile(steady_state(case), case.asked))
+    first = steady_state(case)
+    if tags == "render":
+        first.meta.ClearField("tag")
+    _, sent, answer = run_reconcile(runner.answer, Reconcile(first, case.asked))
     return case.xr["metadata"]["name"], runner, sent, answer
 
 
-def test_answers_are_byte_identical_in_any_map_order():
+def as_sent(req: fnv1.RunFunctionRequest, tags: str) -> bytes:
+    """req changed, as tags sends it: Crossplane hashes its content anew."""
+    return (tagged(req) if tags == "crossplane" else req).SerializeToString()
+
+
+@pytest.mark.parametrize("tags", TAGS)
+def test_answers_are_byte_identical_in_any_map_order(tags):
     """Crossplane marshals each map in a new order on every call: the same reconcile sent in
     other orders is answered with the same bytes, whatever the function remembers."""
-    name, runner, sent, expected = reconciled_worst_case()
+    name, runner, sent, expected = reconciled_worst_case(tags)
     last = wire.Request(sent[-1])
     orders = {goorder.shuffled(sent[-1], seed) for seed in range(6)}
     assert len(orders) == 6
@@ -164,6 +178,7 @@ def test_answers_are_byte_identical_in_any_map_order():
     where = [(name, key) for key in last.observed if fn.SEEN.find((name, key))]
     read = [fn.SEEN.find(w) for w in where]
     assert len(read) > 100
+    fn.TAGGED.clear()
     assert runner.answer(next(iter(orders))) == expected
     assert [fn.SEEN.find(w)[2] for w in where] == [r[2] for r in read]
     for data in orders:
@@ -171,6 +186,31 @@ def test_answers_are_byte_identical_in_any_map_order():
         fn.forget()
         assert runner.answer(data) == expected
     assert wire.Request(data).observed.keys() == last.observed.keys()
+
+
+def test_a_tagged_steady_reconcile_is_answered_without_reading_what_it_observes():
+    """Equal tags, equal requests: a reconcile Crossplane tags as before is answered with the
+    same bytes without reading its composite or any observed resource again."""
+    _, runner, sent, expected = reconciled_worst_case("crossplane")
+    fn.COMPOSED.clear()
+    fn.SEEN.clear()
+    orders = [goorder.shuffled(data, seed) for seed in range(3) for data in sent]
+    assert [runner.answer(data) for data in orders][-1] == expected
+    assert len(fn.SEEN._items) == 0
+    assert len(fn.COMPOSED._items) == 0
+
+
+def test_a_tag_that_is_no_content_hash_vouches_for_nothing():
+    """A hand-made request's tag (not Crossplane's SHA-256 of the request) is not trusted: two
+    requests under the same such tag are each answered for what they hold."""
+    _, runner, sent, _ = reconciled_worst_case("render")
+    steady, changed = (fnv1.RunFunctionRequest.FromString(sent[-1]) for _ in range(2))
+    vpc_creating(changed)
+    for req in (steady, changed):
+        req.meta.tag = "a-test"
+    first, second = (runner.answer(r.SerializeToString()) for r in (steady, changed))
+    assert ready(first, "vpc")
+    assert not ready(second, "vpc")
 
 
 def change_observed(req: fnv1.RunFunctionRequest, key: str, change) -> None:
@@ -190,17 +230,18 @@ def not_ready(body: dict, resource_version: str | None = None) -> None:
         body["metadata"]["resourceVersion"] = resource_version
 
 
+@pytest.mark.parametrize("tags", TAGS)
 @pytest.mark.parametrize("resource_version", ["48214", None], ids=["new-version", "same-version"])
-def test_an_observed_resource_that_changes_is_read_again(resource_version):
+def test_an_observed_resource_that_changes_is_read_again(resource_version, tags):
     """Observed resources are remembered by their version: one a provider changed is read anew,
     with its new resourceVersion, or (never so from the API server) under the same one but with
     another size."""
-    _, runner, sent, steady = reconciled_worst_case()
+    _, runner, sent, steady = reconciled_worst_case(tags)
     key = "vpc"
     assert ready(steady, key)
     req = fnv1.RunFunctionRequest.FromString(sent[-1])
     change_observed(req, key, lambda body: not_ready(body, resource_version))
-    assert not ready(runner.answer(req.SerializeToString()), key)
+    assert not ready(runner.answer(as_sent(req, tags)), key)
     assert ready(runner.answer(sent[-1]), key)
 
 
@@ -229,6 +270,7 @@ def kinds_gone(req: fnv1.RunFunctionRequest) -> None:
         schema.ClearField("openapi_v3")
 
 
+@pytest.mark.parametrize("tags", TAGS)
 @pytest.mark.parametrize(
     ("change", "shows"),
     [
@@ -240,19 +282,58 @@ def kinds_gone(req: fnv1.RunFunctionRequest) -> None:
         (kinds_gone, True),
     ],
 )
-def test_a_kept_composition_is_answered_only_for_what_it_was_made_from(change, shows):
+def test_a_kept_composition_is_answered_only_for_what_it_was_made_from(change, shows, tags):
     """The function keeps each composition with what it was made from: a request that differs in
     the composite, a required resource, an observed resource or its names, or the installed kinds
     is composed afresh, the answer the same as with nothing remembered."""
-    _, runner, sent, steady = reconciled_worst_case()
+    _, runner, sent, steady = reconciled_worst_case(tags)
     req = fnv1.RunFunctionRequest.FromString(sent[-1])
+    change(req)
+    data = as_sent(req, tags)
+    warm = runner.answer(data)
+    fn.forget()
+    assert runner.answer(data) == warm
+    assert (untagged(warm) != untagged(steady)) == shows
+    assert runner.answer(sent[-1]) == steady
+
+
+def gateway_gone(req: fnv1.RunFunctionRequest) -> None:
+    del req.required_resources["inference-gateways"].items[:1]
+
+
+def consumers_unasked(req: fnv1.RunFunctionRequest) -> None:
+    del req.required_resources["model-replicas"]
+
+
+def without_capabilities(req: fnv1.RunFunctionRequest) -> None:
+    del req.meta.capabilities[:]
+
+
+@pytest.mark.parametrize(
+    ("change", "call"),
+    [(gateway_gone, -1), (consumers_unasked, -1), (kinds_gone, -1), (without_capabilities, 0)],
+)
+def test_a_tag_vouches_only_for_what_crossplane_hashed(change, call):
+    """Crossplane hashes a request before its requirements loop fetches anything, and its later
+    calls keep that tag: a call under a known tag whose fetched resources, schemas or
+    capabilities differ is answered as with nothing remembered."""
+    _, runner, sent, _ = reconciled_worst_case("crossplane")
+    before = runner.answer(sent[call])
+    req = fnv1.RunFunctionRequest.FromString(sent[call])
     change(req)
     data = req.SerializeToString()
     warm = runner.answer(data)
     fn.forget()
     assert runner.answer(data) == warm
-    assert (warm != steady) == shows
-    assert runner.answer(sent[-1]) == steady
+    assert warm != before
+    assert runner.answer(sent[call]) == before
+
+
+def untagged(answer: bytes) -> fnv1.RunFunctionResponse:
+    """The answer without the request's tag it echoes."""
+    rsp = fnv1.RunFunctionResponse.FromString(answer)
+    rsp.meta.ClearField("tag")
+    return rsp
 
 
 def ready(answer: bytes, key: str) -> bool:
