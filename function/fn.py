@@ -64,7 +64,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 rsp.meta.ttl.FromSeconds(UNREADY_TTL_SECONDS)
             self.log.debug("composed", kind=kind, name=name, resources=len(out.resources))
             # What out answers follows what the request brings: the parser merges both.
-            return serialise(rsp, entries) + encoded(out)
+            return b"".join((serialise(rsp, entries), *encoded(out)))
         except BadInput as e:
             kind, name = identity(req)
             self.log.info("bad input", kind=kind, name=name, error=str(e))
@@ -418,19 +418,25 @@ def forget() -> None:
         cache.clear()
 
 
-def encoded(out: Output) -> bytes:
+def encoded(out: Output) -> tuple[bytes, ...]:
     """What out answers, serialised once: its requirements, the composite's status and readiness,
-    the desired resources, conditions and results. A kept Output is answered again as it is."""
+    conditions and results, then the desired resources' entries (those ENCODED keeps, not copied).
+    A kept Output is answered again as it is."""
     if out.encoded is None:
-        rsp, entries = fnv1.RunFunctionResponse(), {}
+        rsp = fnv1.RunFunctionResponse()
         encode_requirements(out, rsp)
-        if not out.deferred:
-            encode(out, rsp)
-            entries = {
-                key: ENCODED.entry(key, d.body, d.ready, shared=d.shared)
-                for key, d in out.resources.items()
-            }
-        out.encoded = serialise(rsp, entries)
+        if out.deferred:
+            out.encoded = (rsp.SerializeToString(deterministic=True),)
+            return out.encoded
+        encode(out, rsp)
+        entries = [
+            ENCODED.entry(key, d.body, d.ready, shared=d.shared)
+            for key, d in sorted(out.resources.items())
+        ]
+        # The resources follow as a second desired State, which the parser merges.
+        size = sum(map(len, entries))
+        state = wire.tag_and_size(2, size) if entries else b""
+        out.encoded = (rsp.SerializeToString(deterministic=True), state, *entries)
     return out.encoded
 
 

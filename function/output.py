@@ -60,7 +60,7 @@ class Output:
     # Only requirements: Crossplane calls again with them answered, and only that answer counts.
     deferred: bool = False
     # Its part of the answer, once serialised (fn.py answers a kept Output again).
-    encoded: bytes | None = field(default=None, compare=False, repr=False)
+    encoded: tuple[bytes, ...] | None = field(default=None, compare=False, repr=False)
 
 
 def shown(value: object, limit: int = 64) -> str:

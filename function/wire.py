@@ -425,7 +425,12 @@ def _varint(n: int) -> bytes:
 
 def field(number: int, payload: bytes) -> bytes:
     """A length-delimited field: a string, bytes or an embedded message."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return tag_and_size(number, len(payload)) + payload
+
+
+def tag_and_size(number: int, size: int) -> bytes:
+    """What a length-delimited field of size bytes begins with."""
+    return _varint(number << 3 | 2) + _varint(size)
 
 
 _READY_TRUE = _varint(3 << 3) + _varint(1)  # Resource.ready = READY_TRUE
