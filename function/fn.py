@@ -57,14 +57,14 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         try:
             req = wire.Request(data)
             rsp, entries = respond_to(req)
-            kind, name, out = outcome(req)
-            if out.ready is False:
+            kept = answered(req)
+            if kept.ready is False:
                 # Not there yet: look again sooner than a settled cluster needs (what is awaited,
                 # a class or a ProviderConfig, is not watched by Crossplane, only polled).
                 rsp.meta.ttl.FromSeconds(UNREADY_TTL_SECONDS)
-            self.log.debug("composed", kind=kind, name=name, resources=len(out.resources))
-            # What out answers follows what the request brings: the parser merges both.
-            return b"".join((serialise(rsp, entries), *encoded(out)))
+            self.log.debug("composed", kind=kept.kind, name=kept.name, resources=kept.count)
+            # What the function answers follows what the request brings: the parser merges both.
+            return b"".join((serialise(rsp, entries), *kept.parts))
         except BadInput as e:
             kind, name = identity(req)
             self.log.info("bad input", kind=kind, name=name, error=str(e))
@@ -132,13 +132,25 @@ def serialise(rsp: fnv1.RunFunctionResponse, entries: dict[str, bytes]) -> bytes
 # order their maps came in. The calls of a requirements loop keep the first call's tag; what the
 # loop fetched (required resources and schemas) and the capabilities are keyed by content. A
 # steady cluster's reconcile is then known without reading what it observes. A tag that is not a
-# SHA-256 (a hand-made request's) vouches for nothing.
+# SHA-256 (a hand-made request's) vouches for nothing. Only the encoded answer is kept: a cluster
+# that changes leaves a trail of old tags behind, which must not hold its compositions.
 TAGGED = wire.Cache(64)
 _CONTENT_HASH = re.compile(r"[0-9a-f]{64}")
 
 
-def outcome(req: wire.Request) -> tuple[str | None, str | None, Output]:
-    """The composite's kind and name, and the function's Output for the request."""
+@dataclass(frozen=True)
+class Answer:
+    """What one call answers, encoded: all a kept answer needs, none of the composition."""
+
+    kind: str | None
+    name: str | None
+    ready: bool | None
+    count: int  # desired resources, for the log
+    parts: tuple[bytes, ...]  # as encoded() writes them
+
+
+def answered(req: wire.Request) -> Answer:
+    """The function's answer to the request, kept by its tag."""
     handed = required(req)
     if not _CONTENT_HASH.fullmatch(req.meta.tag):  # crossplane render sends none
         return made_for(req, handed)
@@ -155,11 +167,12 @@ def outcome(req: wire.Request) -> tuple[str | None, str | None, Output]:
     return kept
 
 
-def made_for(req: wire.Request, handed: dict[str, tuple]) -> tuple[str | None, str | None, Output]:
+def made_for(req: wire.Request, handed: dict[str, tuple]) -> Answer:
     composite = composite_of(req.composite)
     kind = composite.get("kind")
     name = composite.get("metadata", {}).get("name")
-    return kind, name, run(kind, composite, req, handed)
+    out = run(kind, composite, req, handed)
+    return Answer(kind, name, out.ready, len(out.resources), encoded(out))
 
 
 def run(kind: str | None, composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Output:

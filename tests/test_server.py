@@ -9,6 +9,7 @@
 """
 
 import concurrent.futures
+import gc
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from google.protobuf import json_format
 from function import fn, wire
 from function.compose import compose_cluster
 from function.fn import FunctionRunner
+from function.output import Output
 from tests.test_grpc import _cert, _pem, call, request, tls_dir  # noqa: F401 - fixture
 from tests.tools import goorder
 from tests.tools.bench import Reconcile, run_reconcile, steady_state, tagged, worst_case
@@ -198,6 +200,20 @@ def test_a_tagged_steady_reconcile_is_answered_without_reading_what_it_observes(
     assert [runner.answer(data) for data in orders][-1] == expected
     assert len(fn.SEEN._items) == 0
     assert len(fn.COMPOSED._items) == 0
+
+
+def test_answers_kept_by_tag_do_not_hold_their_compositions():
+    """A cluster that keeps changing leaves a trail of tags behind: what is kept under them is the
+    encoded answer, while the compositions the function keeps stay one per cluster and call."""
+    _, runner, sent, _ = reconciled_worst_case("crossplane")
+    for n in range(12):
+        req = fnv1.RunFunctionRequest.FromString(sent[-1])
+        change_observed(req, "vpc", lambda body, v=str(50000 + n): not_ready(body, v))
+        assert not ready(runner.answer(as_sent(req, "crossplane")), "vpc")
+    gc.collect()
+    compositions = [o for o in gc.get_objects() if isinstance(o, Output)]
+    assert len(fn.TAGGED._items) == 14
+    assert len(compositions) <= 3
 
 
 def test_a_tag_that_is_no_content_hash_vouches_for_nothing():
