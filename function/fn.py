@@ -436,20 +436,18 @@ def encoded(out: Output) -> tuple[bytes, ...]:
     conditions and results, then the desired resources' entries (those ENCODED keeps, not copied).
     A kept Output is answered again as it is."""
     if out.encoded is None:
-        rsp = fnv1.RunFunctionResponse()
+        rsp, entries = fnv1.RunFunctionResponse(), []
         encode_requirements(out, rsp)
-        if out.deferred:
-            out.encoded = (rsp.SerializeToString(deterministic=True),)
-            return out.encoded
-        encode(out, rsp)
-        entries = [
-            ENCODED.entry(key, d.body, d.ready, shared=d.shared)
-            for key, d in sorted(out.resources.items())
-        ]
+        if not out.deferred:
+            encode(out, rsp)
+            entries = [
+                ENCODED.entry(key, d.body, d.ready, shared=d.shared)
+                for key, d in sorted(out.resources.items())
+            ]
+        head = rsp.SerializeToString(deterministic=True)
         # The resources follow as a second desired State, which the parser merges.
-        size = sum(map(len, entries))
-        state = wire.tag_and_size(2, size) if entries else b""
-        out.encoded = (rsp.SerializeToString(deterministic=True), state, *entries)
+        state = (wire.tag_and_size(2, sum(map(len, entries))),) if entries else ()
+        out.encoded = (head, *state, *entries)
     return out.encoded
 
 
