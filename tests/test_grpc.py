@@ -4,6 +4,7 @@ import datetime
 import ipaddress
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -116,6 +117,26 @@ def test_same_request_gives_byte_identical_desired_state():
     assert first.desired.SerializeToString(deterministic=True) == second.desired.SerializeToString(
         deterministic=True
     )
+
+
+def malloc_arenas(pid: int) -> int:
+    """glibc malloc's arenas besides the main one: each is a heap mapped anonymously at a 64 MiB
+    boundary (HEAP_MAX_SIZE on 64-bit)."""
+    count = 0
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        address, _perms, _offset, _device, inode, *path = line.split()
+        start = int(address.split("-")[0], 16)
+        count += inode == "0" and not path and start % (64 << 20) == 0
+    return count
+
+
+def test_server_threads_share_one_malloc_arena():
+    """Under concurrent callers gRPC's threads all allocate; each arena would keep its own peak."""
+    with function_server() as server, grpc.insecure_channel(server.target) as channel:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: call(channel, request()), range(32)))
+        assert {len(a.desired.resources) for a in answers} == {2}
+        assert malloc_arenas(server.pid) == 0
 
 
 def _cert(name: str, issuer_key, issuer_name, *, ca: bool, key=None):
