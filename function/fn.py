@@ -1,8 +1,8 @@
 """The entry point: decode the request, dispatch on the composite's kind, encode the answer.
 
 All composition logic lives in compose.py and the renderers; this module and wire.py alone touch
-protobuf. The server hands over request bytes and sends back the bytes answer() writes; in-process
-callers (tests, the v1beta1 service) go through the same path from and to messages.
+protobuf. The server hands over request bytes and sends back the bytes answer() writes (for the
+v1 and v1beta1 services alike); in-process callers with messages (tests) go through the same path.
 """
 
 import contextlib
@@ -42,12 +42,12 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         binds a new one for every message, even one its level drops."""
         return logging.get_logger().bind()
 
-    async def RunFunction(
-        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
+    def RunFunction(
+        self, req: fnv1.RunFunctionRequest, _: grpc.ServicerContext | None = None
     ) -> fnv1.RunFunctionResponse:
         return fnv1.RunFunctionResponse.FromString(self.answer(req.SerializeToString()))
 
-    async def run_function_bytes(self, data: bytes, _: grpc.aio.ServicerContext) -> bytes:
+    def run_function_bytes(self, data: bytes, _: grpc.ServicerContext) -> bytes:
         """RunFunction as the server registers it: request bytes in, response bytes out."""
         return self.answer(data)
 

@@ -12,6 +12,8 @@ import pytest
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
+from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -108,6 +110,17 @@ def test_unknown_kind_is_fatal():
         rsp = call(channel, req)
     assert rsp.results[0].severity == fnv1.SEVERITY_FATAL
     assert "not kind 'Other'" in rsp.results[0].message
+
+
+def test_v1beta1_callers_get_the_v1_answer():
+    """Older Crossplane releases call the v1beta1 service: the same messages, another package."""
+    req = request()
+    beta_req = fnv1beta1.RunFunctionRequest.FromString(req.SerializeToString())
+    with function_server() as server, grpc.insecure_channel(server.target) as channel:
+        beta = grpcv1beta1.FunctionRunnerServiceStub(channel).RunFunction(beta_req, timeout=10)
+        v1 = call(channel, req)
+    assert beta.SerializeToString(deterministic=True) == v1.SerializeToString(deterministic=True)
+    assert "provider-config-kubernetes" in beta.desired.resources
 
 
 def test_same_request_gives_byte_identical_desired_state():

@@ -9,7 +9,6 @@
   over raw RunFunctionRequest bytes, random and mutated: never an exception.
 """
 
-import asyncio
 import copy
 import sys
 
@@ -23,7 +22,6 @@ from tests.strategies import clusters
 
 logging.configure(logging.Level.DISABLED)
 RUNNER = FunctionRunner()
-LOOP = asyncio.new_event_loop()
 INTERNAL = "internal error"
 HOSTILE = settings(
     max_examples=300,
@@ -34,7 +32,7 @@ HOSTILE = settings(
 
 
 def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
-    return LOOP.run_until_complete(RUNNER.RunFunction(req))
+    return RUNNER.RunFunction(req)
 
 
 def request(xr: dict | None, classes: list[dict]) -> fnv1.RunFunctionRequest:

@@ -12,7 +12,6 @@ RELIABILITY_VALIDATE how many of them have everything they compose validated (de
 validate call takes about 13 ms a resource; `all` for every one).
 """
 
-import asyncio
 import copy
 import hashlib
 import json
@@ -48,11 +47,10 @@ REQUESTS: list[bytes] = []
 
 logging.configure(logging.Level.DISABLED)
 RUNNER = FunctionRunner()
-LOOP = asyncio.new_event_loop()
 
 
 def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
-    return LOOP.run_until_complete(RUNNER.RunFunction(req))
+    return RUNNER.RunFunction(req)
 
 
 def provider_config(xr: dict) -> dict | None:
@@ -172,15 +170,15 @@ def test_everything_drawn_is_admitted_and_everything_composed_is_valid(
 
 
 HASH_RESPONSES = """
-import asyncio, hashlib, sys
+import hashlib, sys
 from crossplane.function import logging
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function.fn import FunctionRunner
 logging.configure(logging.Level.DISABLED)
-runner, loop = FunctionRunner(), asyncio.new_event_loop()
+runner = FunctionRunner()
 for line in sys.stdin:
     req = fnv1.RunFunctionRequest.FromString(bytes.fromhex(line.strip()))
-    rsp = loop.run_until_complete(runner.RunFunction(req))
+    rsp = runner.RunFunction(req)
     print(hashlib.sha256(rsp.SerializeToString(deterministic=True)).hexdigest())
 """
 

@@ -2,7 +2,7 @@
 over gRPC when no work is done.
 
 `python -m tests.tools.echo --address HOST:PORT ANSWERS` serves RunFunction as function/server.py
-does (the same aio server, handler and options), answering each request with the answer the
+does (the same server, handler and options), answering each request with the answer the
 function gave to the request of the same size (ANSWERS: a marshalled dict of size to answer, made
 ahead). A request's size does not change with the order its maps are written in.
 """
@@ -20,11 +20,8 @@ class Echo:
     def __init__(self, answers: dict[int, bytes]) -> None:
         self._answers = answers
 
-    async def run_function_bytes(self, data: bytes, _) -> bytes:
+    def run_function_bytes(self, data: bytes, _) -> bytes:
         return self._answers[len(data)]
-
-    async def RunFunction(self, *_):
-        raise NotImplementedError
 
 
 def main() -> None:

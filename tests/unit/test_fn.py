@@ -1,7 +1,5 @@
 """The servicer in-process: encoding of readiness, requirements and results, and its error paths."""
 
-import asyncio
-
 from crossplane.function import logging, resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
@@ -12,7 +10,7 @@ logging.configure(logging.Level.DISABLED)
 
 
 def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
-    return asyncio.run(fn.FunctionRunner().RunFunction(req))
+    return fn.FunctionRunner().RunFunction(req)
 
 
 def cluster_request(classes: bool = True) -> fnv1.RunFunctionRequest:
