@@ -43,7 +43,7 @@ const (
 	// Sequential reconciles are timed in this many turns per case.
 	rounds = 5
 	// Each request is sent in this many map orders, in turn.
-	orders = 8
+	orders  = 8
 	request = "apiextensions.fn.proto.v1.RunFunctionRequest"
 )
 
@@ -108,6 +108,7 @@ func requestType(data []byte) (protoreflect.MessageType, error) {
 type Input struct {
 	Descriptors []byte  `json:"descriptors"`
 	Target      string  `json:"target"`
+	Echo        string  `json:"echo"` // a server answering without the function: the floor, timed in turn
 	Reconciles  int     `json:"reconciles"`
 	Concurrency int     `json:"concurrency"`
 	Seconds     float64 `json:"seconds"`
@@ -119,6 +120,7 @@ type Result struct {
 	Calls      int     `json:"calls"`
 	MedianMs   float64 `json:"median_ms"`
 	P90Ms      float64 `json:"p90_ms"`
+	EchoMs     float64 `json:"echo_median_ms"`
 	PerSecond  float64 `json:"per_second"`
 	Concurrent int     `json:"concurrency"`
 }
@@ -235,18 +237,23 @@ func run() error {
 	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
 		return fmt.Errorf("cannot read the cases: %w", err)
 	}
-	conn, err := grpc.NewClient(in.Target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(bytesCodec{}), grpc.MaxCallRecvMsgSize(64<<20)),
-	)
+	conn, err := dial(in.Target)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	var echo *grpc.ClientConn
+	if in.Echo != "" {
+		if echo, err = dial(in.Echo); err != nil {
+			return err
+		}
+		defer echo.Close()
+	}
 	// Every case one reconcile at a time first, in rounds that take turns between the cases (a
 	// slow spell of a shared machine then touches every case alike), then every case under load.
 	results := make([]Result, len(in.Cases))
 	samples := make([][]float64, len(in.Cases))
+	floors := make([][]float64, len(in.Cases))
 	var rsp []byte
 	typ, err := requestType(in.Descriptors)
 	if err != nil {
@@ -269,20 +276,36 @@ func run() error {
 		if _, err := timed(conn, c, in.Reconciles/10, &rsp, nil); err != nil { // warm up
 			return err
 		}
+		if echo != nil {
+			if _, err := timed(echo, c, in.Reconciles/10, &rsp, nil); err != nil {
+				return err
+			}
+		}
 		results[i] = Result{Name: c.Name, Calls: calls, Concurrent: in.Concurrency}
 	}
 	runtime.GC()
+	// The echo takes its turn right after the function, reconcile by reconcile, so both see the
+	// same spells of the machine.
 	for round := 0; round < rounds; round++ {
 		for i, c := range in.Cases {
-			if samples[i], err = timed(conn, c, max(in.Reconciles/rounds, 1), &rsp, samples[i]); err != nil {
-				return err
+			for n := 0; n < max(in.Reconciles/rounds, 1); n++ {
+				if samples[i], err = timed(conn, c, 1, &rsp, samples[i]); err != nil {
+					return err
+				}
+				if echo != nil {
+					if floors[i], err = timed(echo, c, 1, &rsp, floors[i]); err != nil {
+						return err
+					}
+				}
 			}
 		}
 	}
 	for i := range results {
-		sort.Float64s(samples[i])
-		results[i].MedianMs = samples[i][len(samples[i])/2]
-		results[i].P90Ms = samples[i][len(samples[i])*9/10]
+		results[i].MedianMs = quantile(samples[i], 0.5)
+		results[i].P90Ms = quantile(samples[i], 0.9)
+		if echo != nil {
+			results[i].EchoMs = quantile(floors[i], 0.5)
+		}
 	}
 	for i, c := range in.Cases {
 		rate, err := throughput(conn, &in, c)
@@ -292,6 +315,19 @@ func run() error {
 		results[i].PerSecond = rate
 	}
 	return json.NewEncoder(os.Stdout).Encode(results)
+}
+
+func dial(target string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(bytesCodec{}), grpc.MaxCallRecvMsgSize(64<<20)),
+	)
+}
+
+// quantile of samples, which it sorts.
+func quantile(samples []float64, q float64) float64 {
+	sort.Float64s(samples)
+	return samples[int(float64(len(samples))*q)]
 }
 
 func main() {
