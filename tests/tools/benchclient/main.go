@@ -242,13 +242,11 @@ func run() error {
 		return err
 	}
 	defer conn.Close()
-	var echo *grpc.ClientConn
-	if in.Echo != "" {
-		if echo, err = dial(in.Echo); err != nil {
-			return err
-		}
-		defer echo.Close()
+	echo, err := dial(in.Echo)
+	if err != nil {
+		return err
 	}
+	defer echo.Close()
 	// Every case one reconcile at a time first, in rounds that take turns between the cases (a
 	// slow spell of a shared machine then touches every case alike), then every case under load.
 	results := make([]Result, len(in.Cases))
@@ -273,11 +271,8 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		if _, err := timed(conn, c, in.Reconciles/10, &rsp, nil); err != nil { // warm up
-			return err
-		}
-		if echo != nil {
-			if _, err := timed(echo, c, in.Reconciles/10, &rsp, nil); err != nil {
+		for _, to := range []*grpc.ClientConn{conn, echo} { // warm up
+			if _, err := timed(to, c, in.Reconciles/10, &rsp, nil); err != nil {
 				return err
 			}
 		}
@@ -292,10 +287,8 @@ func run() error {
 				if samples[i], err = timed(conn, c, 1, &rsp, samples[i]); err != nil {
 					return err
 				}
-				if echo != nil {
-					if floors[i], err = timed(echo, c, 1, &rsp, floors[i]); err != nil {
-						return err
-					}
+				if floors[i], err = timed(echo, c, 1, &rsp, floors[i]); err != nil {
+					return err
 				}
 			}
 		}
@@ -303,9 +296,7 @@ func run() error {
 	for i := range results {
 		results[i].MedianMs = quantile(samples[i], 0.5)
 		results[i].P90Ms = quantile(samples[i], 0.9)
-		if echo != nil {
-			results[i].EchoMs = quantile(floors[i], 0.5)
-		}
+		results[i].EchoMs = quantile(floors[i], 0.5)
 	}
 	for i, c := range in.Cases {
 		rate, err := throughput(conn, &in, c)
