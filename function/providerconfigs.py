@@ -7,8 +7,7 @@ They are cluster-scoped so ModelReplicas in any team namespace can compose throu
 from dataclasses import dataclass
 
 from function import names
-from function.output import Desired, Result
-from function.versions import IDENTITY_TYPES
+from function.output import Desired
 
 API_VERSIONS = {
     "kubernetes": names.KUBERNETES_PROVIDER_CONFIG_API,
@@ -34,30 +33,18 @@ class Identity:
     secret: SecretKey
 
 
-def render(
-    name: str, kubeconfig: SecretKey, identity: Identity | None = None
-) -> tuple[dict[str, Desired], list[Result]]:
-    """Both ClusterProviderConfigs; a provider that cannot take the identity gets a Warning."""
+def render(name: str, kubeconfig: SecretKey, identity: Identity | None = None) -> dict[str, Desired]:
+    """Both ClusterProviderConfigs. provider-kubernetes v1.3.1 and provider-helm v1.4.0 take the
+    same identity types (their ClusterProviderConfig CRDs' `identity.type` enums), Nebius's included."""
     resources: dict[str, Desired] = {}
-    results: list[Result] = []
     for provider, api_version in API_VERSIONS.items():
         spec: dict = {"credentials": {"source": "Secret", "secretRef": kubeconfig.ref()}}
         if identity is not None:
-            if identity.type in IDENTITY_TYPES[provider]:
-                spec["identity"] = {
-                    "type": identity.type,
-                    "source": "Secret",
-                    "secretRef": identity.secret.ref(),
-                }
-            else:
-                results.append(
-                    Result(
-                        "Warning",
-                        f"provider-{provider} does not support identity type {identity.type}; "
-                        f"its ClusterProviderConfig {name} authenticates with the kubeconfig alone",
-                        reason="UnsupportedIdentity",
-                    )
-                )
+            spec["identity"] = {
+                "type": identity.type,
+                "source": "Secret",
+                "secretRef": identity.secret.ref(),
+            }
         resources[f"provider-config-{provider}"] = Desired(
             body={
                 "apiVersion": api_version,
@@ -68,4 +55,4 @@ def render(
             # A ProviderConfig has no Ready condition: it is usable as soon as it exists.
             ready=True,
         )
-    return resources, results
+    return resources

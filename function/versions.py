@@ -127,27 +127,3 @@ AKS_SYSTEM_VM_SIZE = "Standard_D4s_v5"
 NEBIUS_SYSTEM_PLATFORM, NEBIUS_SYSTEM_PRESET = "cpu-d3", "4vcpu-16gb"
 VULTR_SYSTEM_PLAN = "vc2-6c-16gb"
 EKS_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-efs-csi-driver")
-
-# Identity types each provider's ClusterProviderConfig accepts, at the versions the Configuration
-# package depends on (provider-kubernetes v1.2.1 has no Nebius identity; provider-helm v1.4.0 does).
-IDENTITY_TYPES: dict[str, frozenset[str]] = {
-    "kubernetes": frozenset(
-        {
-            "GoogleApplicationCredentials",
-            "AzureServicePrincipalCredentials",
-            "AzureWorkloadIdentityCredentials",
-            "UpboundTokens",
-            "AWSWebIdentityCredentials",
-        }
-    ),
-    "helm": frozenset(
-        {
-            "GoogleApplicationCredentials",
-            "AzureServicePrincipalCredentials",
-            "AzureWorkloadIdentityCredentials",
-            "UpboundTokens",
-            "AWSWebIdentityCredentials",
-            "NebiusServiceAccountCredentials",
-        }
-    ),
-}

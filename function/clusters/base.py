@@ -207,9 +207,7 @@ class Cloud:
             return None
         name = names.provider_config_name(self.xr)
         secret = SecretKey(names.kubeconfig_secret(self.xr), "kubeconfig")
-        resources, results = providerconfigs.render(name, secret, identity)
-        self.resources.update(resources)
-        self.results += results
+        self.resources.update(providerconfigs.render(name, secret, identity))
         return name
 
     @property

@@ -20,12 +20,11 @@ def render(inputs: Inputs) -> ClusterFacts:
         ref = existing.identity_secret_ref
         identity = Identity(type=ref.type, secret=SecretKey(ref.name, ref.key))
     name = names.provider_config_name(inputs.xr.name)
-    resources, results = providerconfigs.render(
+    resources = providerconfigs.render(
         name, SecretKey(existing.secret_ref.name, existing.secret_ref.key), identity
     )
     return ClusterFacts(
         resources=resources,
-        results=results,
         ready=True,
         reason="Available",
         message="existing cluster reached through its kubeconfig",

@@ -135,20 +135,16 @@ class NebiusCluster:
         return identity
 
     def provider_configs(self, config: CloudConfig) -> str | None:
-        """Kubeconfig plus service-account identity, once both are there; said once when
-        provider-kubernetes cannot take the identity."""
+        """Kubeconfig plus service-account identity (provider-kubernetes v1.3.1 and provider-helm
+        v1.4.0 both take NebiusServiceAccountCredentials), once both are there."""
         c = self.cloud
         identity = self.service_account(config) or c.remembered_identity()
         kubeconfig = self.kubeconfig_ready()
-        before = len(c.results)
         name = c.provider_configs(kubeconfig and identity is not None, identity)
         if name is None and kubeconfig:
             for key in PROVIDER_CONFIG_KEYS:
                 if key in c.pending:
                     c.pending[key] = "service-account credentials"
-        if c.observed("provider-config-kubernetes") is not None:
-            # Already said when the ProviderConfigs were composed: not again every reconcile.
-            c.results[before:] = [r for r in c.results[before:] if not _unsupported(r)]
         return name
 
     def kubeconfig_ready(self) -> bool:
@@ -400,6 +396,3 @@ def fabrics(cloud: Cloud) -> list[str]:
     found = (infiniband_fabric(p) for p in cloud.inputs.xr.spec.node_pools)
     return sorted({f for f in found if f})
 
-
-def _unsupported(result: Result) -> bool:
-    return result.reason == "UnsupportedIdentity" and IDENTITY_TYPE in result.message

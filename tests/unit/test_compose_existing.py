@@ -119,7 +119,7 @@ def test_minimal_existing_cluster_without_identity_or_cache():
     assert "cache" not in out.status
 
 
-def test_nebius_identity_is_only_given_to_the_provider_that_supports_it():
+def test_nebius_identity_is_given_to_both_providers():
     xr, classes = example("existing")
     xr["spec"]["cluster"]["existing"]["identitySecretRef"] = {
         "name": "nebius-sa",
@@ -127,21 +127,18 @@ def test_nebius_identity_is_only_given_to_the_provider_that_supports_it():
         "type": "NebiusServiceAccountCredentials",
     }
     out = compose_cluster(xr, all_classes(classes), Observed())
-    assert out.resources["provider-config-helm"].body["spec"]["identity"] == {
-        "type": "NebiusServiceAccountCredentials",
-        "source": "Secret",
-        "secretRef": {
-            "namespace": "modelplane-system",
-            "name": "nebius-sa",
-            "key": "credentials.json",
-        },
-    }
-    assert "identity" not in out.resources["provider-config-kubernetes"].body["spec"]
-    [warning] = out.results
-    assert warning.severity == "Warning"
-    assert "provider-kubernetes does not support identity type NebiusServiceAccountCredentials" in (
-        warning.message
-    )
+    # provider-kubernetes v1.3.1 takes the Nebius identity as provider-helm v1.4.0 does.
+    for provider in ("helm", "kubernetes"):
+        assert out.resources[f"provider-config-{provider}"].body["spec"]["identity"] == {
+            "type": "NebiusServiceAccountCredentials",
+            "source": "Secret",
+            "secretRef": {
+                "namespace": "modelplane-system",
+                "name": "nebius-sa",
+                "key": "credentials.json",
+            },
+        }
+    assert out.results == []
 
 
 def test_cert_manager_waits_for_observed_provider_configs_then_is_kept():

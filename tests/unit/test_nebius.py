@@ -95,22 +95,11 @@ def test_converged_cluster_names_its_project_and_authenticates_with_the_service_
     ready = cluster_ready(out)
     assert (ready.status, ready.reason) == (True, "Available")
     assert ready.message.startswith(f"Nebius project {PROJECT}: ")
-    assert out.resources["provider-config-helm"].body["spec"]["identity"] == IDENTITY
-    # provider-kubernetes v1.2.1 takes no Nebius identity: said when composed, not every time.
-    assert "identity" not in out.resources["provider-config-kubernetes"].body["spec"]
+    # provider-kubernetes v1.3.1 and provider-helm v1.4.0 both take the Nebius identity.
+    for provider in ("helm", "kubernetes"):
+        assert out.resources[f"provider-config-{provider}"].body["spec"]["identity"] == IDENTITY
     assert warnings(out) == []
     assert out.status["cache"] == {"storageClassName": "modelplane-rwx-fs"}
-
-
-def test_provider_kubernetes_without_the_nebius_identity_is_said_once():
-    xr, _, req = nebius()
-    out = compose_cluster(xr, req, Observed())
-    said = []
-    for _ in range(5):
-        out = compose_cluster(xr, req, reported(out))
-        said += warnings(out, "UnsupportedIdentity")
-    assert len(said) == 1
-    assert "provider-kubernetes does not support identity type NebiusServiceAccount" in said[0]
 
 
 def test_until_the_provider_config_answers_everything_is_composed_and_nothing_warned():
