@@ -33,9 +33,11 @@ class Identity:
     secret: SecretKey
 
 
-def render(name: str, kubeconfig: SecretKey, identity: Identity | None = None) -> dict[str, Desired]:
+def render(
+    name: str, kubeconfig: SecretKey, identity: Identity | None = None
+) -> dict[str, Desired]:
     """Both ClusterProviderConfigs. provider-kubernetes v1.3.1 and provider-helm v1.4.0 take the
-    same identity types (their ClusterProviderConfig CRDs' `identity.type` enums), Nebius's included."""
+    same identity types (their CRDs' `identity.type` enums), Nebius's included."""
     resources: dict[str, Desired] = {}
     for provider, api_version in API_VERSIONS.items():
         spec: dict = {"credentials": {"source": "Secret", "secretRef": kubeconfig.ref()}}
