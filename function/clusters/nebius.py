@@ -395,4 +395,3 @@ def fabrics(cloud: Cloud) -> list[str]:
     pool's GPU cluster follows the pool's spec, never a class missing for a moment."""
     found = (infiniband_fabric(p) for p in cloud.inputs.xr.spec.node_pools)
     return sorted({f for f in found if f})
-
