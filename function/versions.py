@@ -1,6 +1,8 @@
 """The one table of what the function installs: Helm charts and the provider versions it targets.
 
-Bump a version here and nowhere else; the golden files show what the bump changes.
+Bump a version here and nowhere else; the golden files show what the bump changes. Each version is
+the exact string the chart's repository publishes (provider-helm compares it with the installed
+chart's), and tests/test_charts.py renders every chart from ../shared/charts at that version.
 """
 
 from dataclasses import dataclass
@@ -60,11 +62,13 @@ CHARTS: dict[str, Chart] = {
         version="25.12.0",
         namespace="nvidia-dra-driver",
     ),
-    # Standard stack: multi-node engines as LeaderWorkerSets.
+    # Standard stack: multi-node engines as LeaderWorkerSets. The chart is published as v0.8.0
+    # (hack/push-chart.sh at v0.8.0); provider-helm compares this string with the installed chart's
+    # version, so "0.8.0" would upgrade the release on every reconcile.
     "leader-worker-set": Chart(
         name="lws",
         repository="oci://registry.k8s.io/lws/charts",
-        version="0.8.0",
+        version="v0.8.0",
         namespace="lws-system",
     ),
     # Dynamo stack: Grove gang-schedules engines through the KAI Scheduler.
