@@ -12,7 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from function import names
+from function.serving.components import COMPONENTS
 from tests import charts, nodes
 from tests.conftest import crds_dir
 from tests.validation import validate_manifests
@@ -165,3 +168,80 @@ def test_the_dra_plugin_would_miss_gpu_nodes_under_nfd_defaults():
     node.labels |= nodes.nfd_labels({}, [nodes.NVIDIA_GPU])
     assert node.labels == {"feature.node.kubernetes.io/pci-0302_10de.present": "true"}
     assert "required node affinity" in nodes.why_not(plugin, node)
+
+
+# --- what Envoy Gateway may read -------------------------------------------------------------------
+
+ENVOY_GATEWAY_SA = ("envoy-gateway", "envoy-gateway-system")
+
+
+def _grants(docs, subject: tuple[str, str]) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) the ClusterRoles bound to the ServiceAccount allow."""
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    bound = [
+        d["roleRef"]["name"]
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding"
+        and any(
+            (s["kind"], s["name"], s.get("namespace")) == ("ServiceAccount", *subject)
+            for s in d.get("subjects") or []
+        )
+    ]
+    grants = set()
+    for name in bound:
+        for rule in roles.get(name, {}).get("rules", []):
+            for group in rule.get("apiGroups", []):
+                for resource in rule.get("resources", []):
+                    grants |= {(group, resource, verb) for verb in rule.get("verbs", [])}
+    return grants
+
+
+def manifests_before(docs, component: str) -> list[dict]:
+    """The manifests of the Objects a component comes after, all the way down: what is on the
+    cluster before it is first created."""
+    by_key = {c.key: c for c in COMPONENTS}
+    [xr] = [d["metadata"]["name"] for d in docs if d["kind"] == "InferenceCluster"]
+    todo, keys = list(by_key[component].after), set()
+    while todo:
+        key = todo.pop()
+        if key not in keys:
+            keys.add(key)
+            todo += by_key[key].after
+    objects = {names.child_name(xr, k) for k in keys if not by_key[k].chart}
+    return [
+        d["spec"]["forProvider"]["manifest"]
+        for d in docs
+        if d["kind"] == "Object" and d["metadata"]["name"] in objects
+    ]
+
+
+def _backend_resources(values: dict) -> list[tuple[str, str]]:
+    """(group, plural) of the backendResources Envoy Gateway is told to watch."""
+    crds = {}
+    for path in sorted((crds_dir() / "workload").rglob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        crds[(crd["spec"]["group"], crd["spec"]["names"]["kind"])] = crd["spec"]["names"]["plural"]
+    manager = values["config"]["envoyGateway"]["extensionManager"]
+    return [(r["group"], crds[(r["group"], r["kind"])]) for r in manager["backendResources"]]
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_envoy_gateway_may_read_every_backend_resource_it_watches(example):
+    docs = charts.converged(example)
+    [release] = [
+        r for r in charts.releases(example) if charts.chart_of(r)["name"] == "gateway-helm"
+    ]
+    rendered = charts.template(release)
+    # What is on the cluster before Envoy Gateway installs: the Objects of the components it comes
+    # after (ai-gateway-helm's own grant comes later, so it cannot count).
+    before = manifests_before(docs, "envoy-gateway")
+    watched = _backend_resources(release["spec"]["forProvider"]["values"])
+    assert watched == [("inference.networking.k8s.io", "inferencepools")]
+    grants = _grants([*rendered, *before], ENVOY_GATEWAY_SA)
+    for group, resource in watched:
+        for verb in ("get", "list", "watch"):
+            assert (group, resource, verb) in grants, (example, group, resource, verb)
+    # The chart alone does not grant it: the function's grant is what makes the difference.
+    assert ("inference.networking.k8s.io", "inferencepools", "list") not in _grants(
+        rendered, ENVOY_GATEWAY_SA
+    )
