@@ -260,6 +260,8 @@ class GKECluster:
         """The spec's version, or the next minor on the way to it: GKE upgrades a control plane
         one minor version at a time (GKE "Manually upgrading a cluster or node pool")."""
         seen = self.master_version()
+        if seen is None:  # not observed: hold what the control plane was asked for, if anything
+            return self.seen("cluster", "minMasterVersion") or self.version
         want, have = _minor(self.version), _minor(seen)
         if want is None or have is None or want <= have + 1:
             if want is not None and have is not None and want < have:
@@ -291,8 +293,6 @@ class GKECluster:
                 {
                     "location": self.region,
                     "minMasterVersion": self.control_plane_version(),
-                    # The default pool's nodes run as the node account too, while they last.
-                    "nodeConfig": {"serviceAccount": self.email("node", project)},
                     "releaseChannel": {"channel": "REGULAR"},
                     "deletionProtection": False,
                     # The default pool is replaced by the pools below.
@@ -314,6 +314,10 @@ class GKECluster:
                     "addonsConfig": {"gcpFilestoreCsiDriverConfig": {"enabled": True}},
                     "resourceLabels": self.labels,
                 },
+                # The default pool's nodes run as the node account too, while they last. A node
+                # account is immutable (a change would make upjet refuse to update), so it is
+                # given at creation only and never changes a cluster or pool composed before.
+                init_provider={"nodeConfig": {"serviceAccount": self.email("node", project)}},
                 connection_secret=names.kubeconfig_secret(c.xr),
             )
 
@@ -331,8 +335,7 @@ class GKECluster:
         """A regional node pool as GKE sizes it: node counts are per zone, autoscaling limits
         are totals. Its nodes run as the node account and follow the control plane's version."""
         c = self.cloud
-        account = self.node_account or self.seen(key, "nodeConfig", "serviceAccount")
-        ready = "cluster" in c.resources and account is not None
+        ready = "cluster" in c.resources and self.node_account is not None
         if not c.when(key, ready, "the cluster and the node service account"):
             return
         for_provider: dict = {
@@ -348,8 +351,6 @@ class GKECluster:
                 **node_config,
             },
         }
-        if account:
-            for_provider["nodeConfig"]["serviceAccount"] = account
         # Pools move after the control plane, never before (nodes may not be newer than it);
         # while its version is not observed a pool keeps the one it was composed with.
         version = self.master_version() or self.seen(key, "version")
@@ -379,6 +380,12 @@ class GKECluster:
                 "locationPolicy": "ANY",
             }
             init_provider = {"initialNodeCount": -(-size.initial // DEFAULT_ZONES)}
+        # Given at creation only, as the cluster's (immutable).
+        account = self.node_account or self.seen(
+            key, "nodeConfig", "serviceAccount", block="initProvider"
+        )
+        if account:
+            init_provider = (init_provider or {}) | {"nodeConfig": {"serviceAccount": account}}
         c.managed(
             key,
             CONTAINER,
@@ -389,10 +396,10 @@ class GKECluster:
             policies=NO_LATE_INIT,
         )
 
-    def seen(self, key: str, *path: str) -> str | None:
-        """A string of an observed resource's spec.forProvider, if it has one."""
+    def seen(self, key: str, *path: str, block: str = "forProvider") -> str | None:
+        """A string of an observed resource's spec.forProvider (or another block), if any."""
         seen = self.cloud.observed(key)
-        value = seen.get("spec", "forProvider", *path) if seen else None
+        value = seen.get("spec", block, *path) if seen else None
         return value if isinstance(value, str) and value else None
 
     def system_pool(self) -> None:

@@ -97,8 +97,8 @@ def test_a_missing_or_wrong_provider_config_is_warned_and_drops_nothing(answer):
     # Once the cluster exists, losing its ProviderConfig changes and removes nothing.
     again = compose_cluster(xr, required(classes, answer), reported(converged))
     assert set(again.resources) == set(converged.resources)
-    for key in ("cluster", "provider-config-helm", "provider-config-kubernetes"):
-        assert again.resources[key].body == converged.resources[key].body, key
+    for key, desired in converged.resources.items():
+        assert again.resources[key].body == desired.body, key
 
 
 ACCESS_IDENTITY = {
@@ -193,12 +193,11 @@ def test_nodes_run_as_a_least_privilege_service_account_of_their_own():
         r.body["spec"]["forProvider"]["role"] for k, r in out.resources.items() if "node-iam" in k
     )
     assert roles == ["roles/artifactregistry.reader", "roles/container.defaultNodeServiceAccount"]
-    cluster = out.resources["cluster"].body["spec"]["forProvider"]
-    assert cluster["nodeConfig"] == {"serviceAccount": email}
-    for key in ("system-nodepool", "nodepool-gpu-l4", "nodepool-gpu-h100"):
-        assert out.resources[key].body["spec"]["forProvider"]["nodeConfig"]["serviceAccount"] == (
-            email
-        )
+    # Immutable: given at creation only, so a cluster or pool composed before keeps its own.
+    for key in ("cluster", "system-nodepool", "nodepool-gpu-l4", "nodepool-gpu-h100"):
+        spec = out.resources[key].body["spec"]
+        assert spec["initProvider"]["nodeConfig"] == {"serviceAccount": email}, key
+        assert "serviceAccount" not in spec["forProvider"].get("nodeConfig", {}), key
 
 
 def test_the_cluster_waits_for_its_node_service_account():
@@ -292,12 +291,13 @@ def test_node_pools_are_sized_as_gke_counts_nodes():
         "locationPolicy": "ANY",
     }
     assert l4["forProvider"]["nodeLocations"] == ["us-central1-a", "us-central1-c"]
-    assert l4["initProvider"] == {"initialNodeCount": 1}
+    assert l4["initProvider"]["initialNodeCount"] == 1
     # A fixed pool is a node count per zone, exactly the spec's.
     h100 = out.resources["nodepool-gpu-h100"].body["spec"]
     assert h100["forProvider"]["nodeLocations"] == ["us-central1-a"]
     assert h100["forProvider"]["nodeCount"] == 1
-    assert "autoscaling" not in h100["forProvider"] and "initProvider" not in h100
+    assert "autoscaling" not in h100["forProvider"]
+    assert "initialNodeCount" not in h100["initProvider"]
     config = l4["forProvider"]["nodeConfig"]
     assert config["labels"]["modelplane.ai/pool"] == "gpu-l4"
     # Exactly GKE's own GPU taint, so the node never carries two.
@@ -401,6 +401,23 @@ def test_the_control_plane_moves_one_minor_version_at_a_time():
     )
 
 
+def test_the_step_holds_while_the_control_plane_version_is_not_observed():
+    _, _, converged = converge()
+    xr, req = raised("1.38")
+    first = compose_cluster(xr, req, reported(converged))
+    blind = compose_cluster(xr, req, reported(first, drop_status=("cluster",)))
+    assert blind.resources["cluster"].body["spec"]["forProvider"]["minMasterVersion"] == "1.36"
+
+
+@pytest.mark.parametrize("version", ["latest", "1.36.2-gke.1000"])
+def test_a_version_gke_names_otherwise_goes_to_the_control_plane_as_given(version):
+    _, _, converged = converge()
+    xr, req = raised(version)
+    out = compose_cluster(xr, req, reported(converged))
+    assert out.resources["cluster"].body["spec"]["forProvider"]["minMasterVersion"] == version
+    assert not [r for r in out.results if r.reason in ("UpgradingStepwise", "VersionDowngrade")]
+
+
 def test_a_lower_version_is_warned_and_changes_no_pool():
     _, _, converged = converge()
     xr, req = raised("1.34")
@@ -460,7 +477,7 @@ def test_a_pool_without_zones_is_warned_and_held_at_its_size_in_totals():
     spec = out.resources["nodepool-gpu-h100"].body["spec"]
     assert "nodeLocations" not in spec["forProvider"]
     assert spec["forProvider"]["autoscaling"]["totalMaxNodeCount"] == 1
-    assert spec["initProvider"] == {"initialNodeCount": 1}
+    assert spec["initProvider"]["initialNodeCount"] == 1
 
 
 def test_the_dra_driver_is_told_where_gke_puts_the_nvidia_driver():
