@@ -49,6 +49,7 @@ FILESTORE_API = "file.googleapis.com"
 # The COS driver installer puts the NVIDIA driver here; the DRA driver must be told.
 NVIDIA_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
 DRIVER_INSTALLER = Path(__file__).parent / "manifests" / "gke-nvidia-driver-installer-cos.yaml"
+DRIVER_INSTALLER_KEY = "nvidia-driver-installer"
 # Every installer pod scheduled is ready (none scheduled while the GPU pools have no node).
 INSTALLED = (
     "has(object.status) && has(object.status.desiredNumberScheduled)"
@@ -126,6 +127,7 @@ class GKECluster:
         storage_class = self.storage_class(provider_config)
         facts = c.facts(provider_config, storage_class)
         facts.nvidia_driver_root = NVIDIA_DRIVER_ROOT
+        facts.nvidia_driver_installers = (DRIVER_INSTALLER_KEY,)
         return facts
 
     def mr(self, key: str, api: str, kind: str, name: str, for_provider: dict, **kw) -> dict:
@@ -492,7 +494,7 @@ class GKECluster:
         """The NVIDIA driver on every GPU node, by the COS installer DaemonSet GKE documents
         (its pods tolerate every taint, GKE's GPU taint included)."""
         c = self.cloud
-        key = "nvidia-driver-installer"
+        key = DRIVER_INSTALLER_KEY
         if provider_config is None or not c.on_cluster(key):
             return
         c.put(key, provider_config, driver_installer_manifest(), ready_when=INSTALLED)

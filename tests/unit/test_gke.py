@@ -486,3 +486,7 @@ def test_the_dra_driver_is_told_where_gke_puts_the_nvidia_driver():
     req = required(classes, provider_configs("gke"))
     facts = clusters.RENDERERS["GKE"](Inputs(model, resolve_classes(model, req), Observed(), req))
     assert facts.nvidia_driver_root == "/home/kubernetes/bin/nvidia"
+    # What the stack's DRA driver is to wait for: the installer, one of the composed resources.
+    assert facts.nvidia_driver_installers == ("nvidia-driver-installer",)
+    _, _, out = converge()
+    assert set(facts.nvidia_driver_installers) <= set(out.resources)
