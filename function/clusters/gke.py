@@ -421,12 +421,8 @@ class GKECluster:
         if size.autoscaling:
             size = Scaling(size.minimum, max(size.maximum, 1), size.initial, autoscaling=True)
         zones = pool.spec.zones
-        if (
-            not size.autoscaling
-            and zones
-            and len(fixed_locations(zones, size.initial)) < len(zones)
-        ):
-            used = fixed_locations(zones, size.initial)
+        used = zones if size.autoscaling or not zones else fixed_locations(zones, size.initial)
+        if len(used) < len(zones):
             c.warn(
                 f"pool {pool.name!r}: {size.initial} nodes do not split evenly over "
                 f"{len(zones)} zones (GKE counts a fixed pool's nodes per zone); it runs "
