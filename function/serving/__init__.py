@@ -39,6 +39,7 @@ GATEWAY_KIND = Requirement(names.API_VERSION, "InferenceGateway")
 # it is not; listing an unknown kind would fail the whole reconcile).
 GATEWAY_SCHEMA = "inference-gateway-kind"
 GATEWAYS = "inference-gateways"
+DRA_DRIVER = "nvidia-dra-driver"
 
 
 @dataclass
@@ -84,6 +85,10 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
             continue
         if seen is None:  # first composed once reachable and what it comes after is Ready
             blocked = [d for d in component.after if not _ready(observed.get(RESOURCE_KEYS[d]))]
+            if component.key == DRA_DRIVER:  # the node driver a cloud installs itself comes first
+                blocked += [
+                    k for k in cluster.nvidia_driver_installers if not _ready(observed.get(k))
+                ]
             if not reachable or blocked:
                 pending[key] = ", ".join(blocked) if reachable else "ProviderConfigs"
                 continue
