@@ -48,33 +48,42 @@ def plan(cloud: Cloud, asked: str, node_groups: list[str]) -> Plan:
     cluster = cloud.observed("cluster")
     running = minor(cluster.at_provider("version")) if cluster else None
     previous = cluster.get("spec", "forProvider", "version") if cluster else None
+    previous = previous if isinstance(previous, str) else None
     if running is None:
         # Not created yet, or its status lost for a moment: what was asked before stands.
-        return Plan(previous if isinstance(previous, str) else asked, None, _kept_addons(cloud))
+        return Plan(previous or asked, None, _kept_addons(cloud))
     nodes_there = all(_reports(cloud, key, running) for key in node_groups)
     addons = _addons(cloud, running, nodes_there)
-    settled = all(
+    settled = nodes_there and all(
         _observed_addon(cloud, addon, "status", "atProvider") == version
         for addon, version in addons.items()
     )
-    at_running = previous if minor(previous) == running else text(running)
+    version = _control_plane(cloud, asked, previous, running, settled)
+    return Plan(version, text(running), addons)
+
+
+def _control_plane(
+    cloud: Cloud, asked: str, previous: str | None, running: Minor, settled: bool
+) -> str:
+    """The next minor once everything runs this one; never back, never two at once."""
+    at_running = previous if previous and minor(previous) == running else text(running)
     wanted = minor(asked)
     where = f"spec.cluster.eks.kubernetesVersion {asked!r}"
-    if wanted is None:
-        cloud.warn(f"{where} is not a Kubernetes minor version like 1.36", "InvalidVersion")
-        return Plan(at_running, text(running), addons)
-    if wanted < running:
-        cloud.warn(
-            f"{where}: the control plane runs {text(running)} and EKS cannot downgrade it",
-            "InvalidVersion",
-        )
-        return Plan(at_running, text(running), addons)
-    if wanted == running:
-        return Plan(asked, text(running), addons)
     step = (running[0], running[1] + 1)
-    if minor(previous) == step or (nodes_there and settled):
-        return Plan(text(step) if step != wanted else asked, text(running), addons)
-    return Plan(at_running, text(running), addons)
+    if minor(previous) == step:
+        # An update EKS has started cannot be called back: it finishes first.
+        return asked if wanted == step else previous or text(step)
+    if wanted is None or wanted < running:
+        why = "is not a Kubernetes minor version like 1.36"
+        if wanted is not None:
+            why = f"is lower than the {text(running)} the control plane runs; EKS cannot downgrade"
+        cloud.warn(f"{where} {why}", "InvalidVersion")
+        return at_running
+    if wanted == running:
+        return asked
+    if settled:
+        return asked if step == wanted else text(step)
+    return at_running
 
 
 def _reports(cloud: Cloud, key: str, version: Minor) -> bool:

@@ -521,3 +521,18 @@ def test_the_network_outlives_the_stack_so_load_balancers_go_first():
     for key in ("internet-gateway", "subnet-public-us-west-2a", "subnet-private-us-west-2b"):
         body = out.resources[key].body
         assert (body["kind"], body["metadata"]["name"]) in usages, key
+
+
+def test_an_upgrade_in_flight_finishes_even_if_the_version_is_lowered_again():
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.34"
+    out = converge(xr, classes)
+    raised = copy.deepcopy(xr)
+    raised["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.35"
+    started = compose_cluster(raised, all_classes(classes), reported(out))
+    assert versions(started)["cluster"] == "1.35"
+    # EKS is still updating: the cluster reports 1.34 while its spec asks 1.35.
+    seen = reported(started)
+    seen.resources["cluster"].body["status"]["atProvider"]["version"] = "1.34"
+    back = compose_cluster(xr, all_classes(classes), seen)
+    assert versions(back)["cluster"] == "1.35"
