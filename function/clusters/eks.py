@@ -537,7 +537,7 @@ class EKSCluster:
             said = synced.get("message") or ready.get("message") or ready.get("reason")
             if said or ready:
                 c.warn(
-                    f"{where} is not active (expired, cancelled, not started or not found): "
+                    f"{where} is not active (expired, cancelled or not found): "
                     f"{said or 'no report yet'}",
                     reason="CapacityBlockInactive",
                 )
@@ -558,7 +558,10 @@ class EKSCluster:
             )
         ends = seen.at_provider("endDate")
         if ends:
-            c.results.append(Result("Normal", f"{where} is active until {ends}", "CapacityBlock"))
+            # Not "active": the provider (CapacityReservation, v2.6.0) reports neither the
+            # reservation's state nor its start, so a block that has not started looks the same;
+            # the pool is ready when its node group is.
+            c.results.append(Result("Normal", f"{where} is reserved until {ends}", "CapacityBlock"))
 
     def efa_security_group(self) -> None:
         """All traffic between EFA interfaces: a group that admits itself, both ways."""

@@ -162,7 +162,7 @@ def test_capacity_block_node_group_and_launch_template():
         ({**MATCHING, "availabilityZone": "us-east-2a"}, "is in us-east-2a, but the pool's zones"),
         ({**MATCHING, "instanceType": "p5.48xlarge"}, "reserves p5.48xlarge, but class"),
         ({**MATCHING, "instanceCount": 1}, "reserves 1 instances, fewer than the pool's 2 nodes"),
-        (None, "is not active (expired, cancelled, not started or not found)"),
+        (None, "is not active (expired, cancelled or not found)"),
     ],
     ids=["zone", "instance-type", "count", "gone"],
 )
