@@ -289,7 +289,8 @@ class EKSCluster:
             # association (and no agent) yet they fall back to the node role, which has no EFS
             # permissions. So the add-on comes after both. deleteAccessPointRootDir: a
             # deleted cache's data goes with its access point and stops costing money (the
-            # driver's controller.deleteAccessPointRootDir value; off by default).
+            # driver's controller.deleteAccessPointRootDir, off by default; the add-on honours
+            # it under "controller" since v1.7.6, kubernetes-sigs/aws-efs-csi-driver#1171).
             spec["configurationValues"] = json.dumps(
                 {"controller": {"deleteAccessPointRootDir": True}}, sort_keys=True
             )
