@@ -439,12 +439,17 @@ def test_a_downgrade_or_a_bad_version_changes_nothing_and_says_so():
         assert f"kubernetesVersion {bad!r}" in warning
 
 
-def test_versions_stay_while_the_cluster_status_is_lost():
+def at_and_raised(at: str, to: str):
+    """eks-on-demand converged at one version, and its spec raised to another."""
     xr, classes = example("eks-on-demand")
-    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.34"
-    out = converge(xr, classes)
+    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = at
     raised = copy.deepcopy(xr)
-    raised["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.35"
+    raised["spec"]["cluster"]["eks"]["kubernetesVersion"] = to
+    return xr, raised, classes, converge(xr, classes)
+
+
+def test_versions_stay_while_the_cluster_status_is_lost():
+    _, raised, classes, out = at_and_raised("1.34", "1.35")
     lost = compose_cluster(raised, all_classes(classes), reported(out, drop_status=("cluster",)))
     assert versions(lost) == versions(out)
 
@@ -524,11 +529,7 @@ def test_the_network_outlives_the_stack_so_load_balancers_go_first():
 
 
 def test_an_upgrade_in_flight_finishes_even_if_the_version_is_lowered_again():
-    xr, classes = example("eks-on-demand")
-    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.34"
-    out = converge(xr, classes)
-    raised = copy.deepcopy(xr)
-    raised["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.35"
+    xr, raised, classes, out = at_and_raised("1.34", "1.35")
     started = compose_cluster(raised, all_classes(classes), reported(out))
     assert versions(started)["cluster"] == "1.35"
     # EKS is still updating: the cluster reports 1.34 while its spec asks 1.35.
