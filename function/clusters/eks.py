@@ -207,7 +207,9 @@ class EKSCluster:
     def kept_subnets(self, key: str, wanted: list[dict], *path: str) -> list[dict]:
         """The subnets a cluster or node group was composed with, for good: EKS cannot move a
         node group to other subnets (subnet_ids forces a new node group) nor a cluster to other
-        zones, so a zone added later is used only by the node groups created after it."""
+        zones ("all subnets that you add must be in the same set of AZs as originally
+        provided", EKS User Guide network-reqs), so a zone added later is used only by the
+        node groups created after it."""
         seen = self.cloud.observed(key)
         refs = seen.get("spec", "forProvider", *path, "subnetIdRefs") if seen else None
         kept = [
