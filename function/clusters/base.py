@@ -215,15 +215,21 @@ class Cloud:
         """Both ProviderConfigs are observed: the provider will find them."""
         return all(self.observed(k) is not None for k in PROVIDER_CONFIG_KEYS)
 
-    def on_cluster(self, key: str) -> bool:
-        """Whether an in-cluster resource (release, Object) is composed this time."""
-        return self.when(key, self.reachable, "ProviderConfigs")
+    def on_cluster(self, key: str, after: tuple[str, ...] = ()) -> bool:
+        """Whether an in-cluster resource (release, Object) is composed this time: once the
+        cluster is reachable and the resources after names (their CRDs, namespaces) are Ready."""
+        if not self.reachable:
+            return self.when(key, False, "ProviderConfigs")
+        waiting = [k for k in after if not self.is_ready(k)]
+        return self.when(key, not waiting, ", ".join(waiting))
 
-    def install(self, name: str, provider_config: str | None, values: dict) -> None:
-        """A chart the cloud installs with its cluster (CLOUD_CHARTS[name]) once it is reachable.
-        Orphaned on deletion: it dies with the cluster."""
+    def install(
+        self, name: str, provider_config: str | None, values: dict, after: tuple[str, ...] = ()
+    ) -> None:
+        """A chart the cloud installs with its cluster (CLOUD_CHARTS[name]) once it is reachable
+        (and what it comes after is Ready). Orphaned on deletion: it dies with the cluster."""
         key = f"release-{name}"
-        if provider_config is None or not self.on_cluster(key):
+        if provider_config is None or not self.on_cluster(key, after):
             return
         chart = CLOUD_CHARTS[name]
         body = kube.release(self.xr, name, chart, provider_config, values, policies=kube.ORPHAN)

@@ -165,6 +165,29 @@ def _aks_cluster(body: dict, world: World) -> dict:
         ".azmk8s.io",
         "oidcIssuerUrl": f"https://oidc.example/{digest(name)}/",
         "nodeResourceGroup": _for_provider(body).get("nodeResourceGroup"),
+        # The system-assigned identity Azure creates with the cluster.
+        "identity": {
+            "type": "SystemAssigned",
+            "principalId": _guid(name, "principal"),
+            "tenantId": _guid("tenant"),
+        },
+    }
+
+
+def _guid(*parts: str) -> str:
+    raw = digest(*parts, length=32)
+    return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+
+
+def _role_assignment(body: dict, world: World) -> dict:
+    del world
+    spec = _for_provider(body)
+    return {
+        "id": f"{spec.get('scope')}/providers/Microsoft.Authorization/roleAssignments/"
+        f"{spec.get('name')}",
+        "principalId": spec.get("principalId"),
+        "roleDefinitionName": spec.get("roleDefinitionName"),
+        "scope": spec.get("scope"),
     }
 
 
@@ -182,8 +205,7 @@ def _nebius(prefix: str) -> Callable[[dict, World], dict]:
 
 
 def _vultr_id(name: str) -> str:
-    raw = digest(name, length=32)
-    return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+    return _guid(name)
 
 
 def _vke_cluster(body: dict, world: World) -> dict:
@@ -272,6 +294,7 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("containerservice.azure.m.upbound.io", "KubernetesClusterNodePool"): _azure(
         "Microsoft.ContainerService", "agentPools"
     ),
+    ("authorization.azure.m.upbound.io", "RoleAssignment"): _role_assignment,
     ("vpc.nebius.m.upbound.io", "Network"): _nebius("vpcnetwork"),
     ("vpc.nebius.m.upbound.io", "Subnet"): _nebius("vpcsubnet"),
     ("mk8s.nebius.m.upbound.io", "Cluster"): _nebius("mk8scluster"),
