@@ -217,6 +217,8 @@ def _vke_cluster(body: dict, world: World) -> dict:
         "region": spec.get("region"),
         "version": spec.get("version"),
         "haControlplanes": spec.get("haControlplanes"),
+        # Set at creation only, from initProvider.
+        "enableFirewall": bool(body.get("spec", {}).get("initProvider", {}).get("enableFirewall")),
         "endpoint": f"{cluster_id}.vultr-k8s.com",
         "status": "active",
     }
