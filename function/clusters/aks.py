@@ -18,6 +18,7 @@ from function.clusters.base import (
     Cloud,
     Pool,
     pool_labels,
+    pool_version,
     scaling,
 )
 from function.clusters.facts import ClusterFacts
@@ -164,6 +165,9 @@ class AKSCluster:
                     "maxCount": 3,
                     "osDiskSizeGb": 100,
                     "temporaryNameForRotation": f"{SYSTEM_POOL}tmp",
+                    "orchestratorVersion": self.pool_version(
+                        "cluster", "defaultNodePool", "orchestratorVersion"
+                    ),
                     "vnetSubnetIdRef": {"name": c.name("nodes")},
                     "nodeLabels": SYSTEM_LABELS,
                 },
@@ -183,6 +187,16 @@ class AKSCluster:
             connection_secret=names.kubeconfig_secret(c.xr),
         )
 
+    def pool_version(self, key: str, *field: str) -> str:
+        """Agent pools follow the control plane: AKS upgrades a pool only to a version its
+        control plane runs (learn.microsoft.com/azure/aks/upgrade-aks-cluster: the control
+        plane first, then the node pools), so a raised kubernetesVersion reaches them once the
+        cluster reports it as current."""
+        cluster, seen = self.cloud.observed("cluster"), self.cloud.observed(key)
+        running = cluster.at_provider("currentKubernetesVersion") if cluster else None
+        current = seen.get("spec", "forProvider", *field) if seen else None
+        return pool_version(self.version, running, current)
+
     def node_pool(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape
         self.check_shape(pool)
@@ -194,7 +208,9 @@ class AKSCluster:
             "vmSize": shape.vm_size,
             "osDiskSizeGb": shape.disk_size_gb,
             "osSku": "Ubuntu",
-            "orchestratorVersion": self.version,
+            "orchestratorVersion": self.pool_version(
+                f"nodepool-{pool.name}", "orchestratorVersion"
+            ),
             "vnetSubnetIdRef": {"name": c.name("nodes")},
             # AKS installs the NVIDIA driver; the DRA driver, not a device plugin, allocates.
             "gpuDriver": "Install",

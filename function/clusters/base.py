@@ -381,6 +381,23 @@ def pool_labels(pool: Pool, accelerator: str | None) -> dict[str, str]:
     return labels
 
 
+def runs(running: str | None, target: str) -> bool:
+    """Whether a control plane reporting running (1.34.3, 1.34.3-nebius-cp.2) runs target, an
+    exact version or a minor alias (1.34)."""
+    if not running:
+        return False
+    return running == target or running.startswith((f"{target}.", f"{target}-"))
+
+
+def pool_version(target: str, running: str | None, current: str | None) -> str:
+    """The version a node pool asks for. Pools follow the control plane and never lead it: the
+    spec's version once the control plane runs it (or at creation, before it reports any); until
+    then the version the pool already asks for, or for a new pool the control plane's own."""
+    if runs(running, target) or (running is None and current is None):
+        return target
+    return current or running or target
+
+
 @dataclass(frozen=True)
 class Scaling:
     """A pool's size: a fixed count, or an autoscaling range with its initial size inside it."""

@@ -10,7 +10,8 @@ node label: DRA is the only allocator. Node counts of autoscaling pools belong t
 autoscaler: they are seeded once through initProvider, like the inline system pool, which VKE
 only reads at creation anyway.
 
-No RWX storage: Vultr File System cannot attach to GPU nodes, so status.cache stays unset.
+No RWX storage: Vultr File System attachments to GPU nodes are reported to fail (unverified, see
+the README), so status.cache stays unset.
 """
 
 from function import names, shapes

@@ -165,12 +165,29 @@ def _aks_cluster(body: dict, world: World) -> dict:
         ".azmk8s.io",
         "oidcIssuerUrl": f"https://oidc.example/{digest(name)}/",
         "nodeResourceGroup": _for_provider(body).get("nodeResourceGroup"),
+        "kubernetesVersion": _for_provider(body).get("kubernetesVersion"),
+        # AKS picks the newest GA patch of a minor alias.
+        "currentKubernetesVersion": _patch(_for_provider(body).get("kubernetesVersion", "")),
         # The system-assigned identity Azure creates with the cluster.
         "identity": {
             "type": "SystemAssigned",
             "principalId": _guid(name, "principal"),
             "tenantId": _guid("tenant"),
         },
+    }
+
+
+def _patch(version: str) -> str:
+    """A running version: a minor alias (1.34) gets a patch, an exact version stays."""
+    return f"{version}.4" if version.count(".") == 1 else version
+
+
+def _nebius_cluster(body: dict, world: World) -> dict:
+    """mk8s reports the control plane it runs as <major>.<minor>.<patch>-nebius-cp.<infra>."""
+    version = _for_provider(body).get("controlPlane", {}).get("version", "")
+    return {
+        **_nebius("mk8scluster")(body, world),
+        "status": {"controlPlane": {"version": f"{_patch(version)}-nebius-cp.2"}},
     }
 
 
@@ -299,7 +316,7 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("authorization.azure.m.upbound.io", "RoleAssignment"): _role_assignment,
     ("vpc.nebius.m.upbound.io", "Network"): _nebius("vpcnetwork"),
     ("vpc.nebius.m.upbound.io", "Subnet"): _nebius("vpcsubnet"),
-    ("mk8s.nebius.m.upbound.io", "Cluster"): _nebius("mk8scluster"),
+    ("mk8s.nebius.m.upbound.io", "Cluster"): _nebius_cluster,
     ("mk8s.nebius.m.upbound.io", "NodeGroup"): _nebius("mk8snodegroup"),
     ("compute.nebius.m.upbound.io", "Filesystem"): _nebius("computefilesystem"),
     ("compute.nebius.m.upbound.io", "GpuCluster"): _nebius("computegpucluster"),

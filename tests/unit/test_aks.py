@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from function.clusters import aks
+from function.clusters.base import pool_version
 from function.compose import compose_cluster
 from function.inputs import Observed
 from function.output import Output
@@ -290,3 +291,52 @@ def test_azure_files_storage_class_once_reachable():
     assert manifest["provisioner"] == "file.csi.azure.com"
     assert manifest["parameters"] == {"skuName": "Premium_LRS"}
     assert out.status["cache"] == {"storageClassName": "modelplane-rwx-fs"}
+
+
+# --- upgrades -------------------------------------------------------------------------------------
+
+
+def raise_version(xr: dict) -> None:
+    xr["spec"]["cluster"]["aks"]["kubernetesVersion"] = "1.99"
+
+
+@pytest.mark.parametrize("name", ["aks", "aks-a10"])
+def test_raising_the_version_upgrades_the_control_plane_then_every_agent_pool(name):
+    xr, classes = example(name)
+    converged, control_plane, pools = sim.upgrade(xr, all_classes(classes), raise_version)
+    changed = {c for c in sim.changes(converged, control_plane) if not c[0].startswith("usage")}
+    # First only the control plane: AKS upgrades no pool past the version its control plane runs.
+    assert changed == {("cluster", "spec.forProvider.kubernetesVersion")}
+    assert control_plane.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"] == (
+        "1.99"
+    )
+    # Once the cluster reports 1.99.x as current, the system pool and every agent pool follow.
+    user_pools = {k for k in converged.resources if k.startswith("nodepool-")}
+    assert user_pools
+    assert sim.changes(control_plane, pools) == {
+        ("cluster", "spec.forProvider.defaultNodePool.orchestratorVersion"),
+        *((k, "spec.forProvider.orchestratorVersion") for k in user_pools),
+    }
+    for key in user_pools:
+        assert pools.resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == "1.99"
+
+
+@pytest.mark.parametrize(
+    ("target", "running", "current", "asks"),
+    [
+        # At creation nothing runs yet: the spec's version.
+        ("1.35", None, None, "1.35"),
+        # The control plane runs it (a patch of the alias, or exactly): the spec's version.
+        ("1.35", "1.35.2", "1.34", "1.35"),
+        ("1.35.2", "1.35.2", "1.34", "1.35.2"),
+        # Still upgrading: the pool keeps what it asks for; a new pool gets the running version.
+        ("1.35", "1.34.7", "1.34", "1.34"),
+        ("1.35", "1.34.7", None, "1.34.7"),
+        # The cluster's status lost mid-upgrade: the pool keeps its version, it never leads.
+        ("1.35", None, "1.34", "1.34"),
+        # 1.3 is not 1.35.
+        ("1.3", "1.35.1", "1.2", "1.2"),
+    ],
+)
+def test_pools_never_lead_the_control_plane(target, running, current, asks):
+    assert pool_version(target, running, current) == asks

@@ -12,6 +12,7 @@ from function.output import Output
 from tests.builders import all_classes, example
 from tests.sim import workload
 from tests.sim.providers import conditions, observe
+from tests.unit import sim
 
 
 def reported(out: Output, overrides: dict[str, dict] | None = None) -> Observed:
@@ -284,3 +285,18 @@ def test_the_example_has_no_warnings():
     xr, classes = example("vultr")
     out = converge(xr, classes)
     assert [r for r in out.results if r.severity == "Warning"] == []
+
+
+def test_raising_the_version_upgrades_the_cluster_and_vke_its_pools():
+    xr, classes = example("vultr")
+
+    def raise_version(x: dict) -> None:
+        x["spec"]["cluster"]["vultr"]["kubernetesVersion"] = "v1.99.0+1"
+
+    converged, *after = sim.upgrade(xr, all_classes(classes), raise_version)
+    # One change, the cluster's version: VKE upgrades the control plane and its node pools itself
+    # (the provider calls the cluster upgrade API; KubernetesNodePool has no version of its own).
+    assert len(after) == 1
+    changed = {c for c in sim.changes(converged, after[0]) if not c[0].startswith("usage")}
+    assert changed == {("cluster", "spec.forProvider.version")}
+    assert after[0].resources["cluster"].body["spec"]["forProvider"]["version"] == "v1.99.0+1"
