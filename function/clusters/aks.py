@@ -271,8 +271,7 @@ class AKSCluster:
     def subnet_role(self) -> None:
         """Network Contributor on the node subnet for the cluster's identity: on a VNet it does
         not own, AKS can put no load balancer (an internal one above all) into the subnet
-        without it (learn.microsoft.com/azure/aks/configure-azure-cni, 'Use a managed identity').
-        """
+        without it (learn.microsoft.com/azure/aks/aks-service-permissions; Azure/AKS#357)."""
         c = self.cloud
         cluster, subnet = c.observed("cluster"), c.observed("subnet")
 
