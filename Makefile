@@ -6,6 +6,8 @@ BIN        := $(VENV)/bin
 TOOLS_BIN  := $(CURDIR)/.tools/bin
 CROSSPLANE := $(TOOLS_BIN)/crossplane
 CELCOST    := $(TOOLS_BIN)/celcost
+HELM       := $(TOOLS_BIN)/helm
+CHARTS_DIR ?= $(abspath $(CURDIR)/../shared/charts)
 BENCHCLIENT := $(TOOLS_BIN)/benchclient
 CRDS_DIR   ?= $(abspath $(CURDIR)/../shared/crds)
 EXAMPLE    ?= existing
@@ -13,10 +15,12 @@ EXAMPLE    ?= existing
 export CRDS_DIR
 export CROSSPLANE
 export CELCOST
+export HELM
+export CHARTS_DIR
 
 .PHONY: setup render test lint bench clean package e2e e2e-tools
 
-setup: $(VENV)/.stamp $(CROSSPLANE) $(CELCOST)
+setup: $(VENV)/.stamp $(CROSSPLANE) $(CELCOST) $(HELM)
 
 $(VENV)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +33,13 @@ $(VENV)/.stamp: pyproject.toml
 $(CROSSPLANE): tests/tools/crank/go.mod tests/tools/crank/go.sum
 	mkdir -p $(TOOLS_BIN)
 	cd tests/tools/crank && go build -o $(CROSSPLANE) github.com/crossplane/crossplane/v2/cmd/crank
+
+# The real Helm CLI, v4.2.3 as provider-helm v1.4.0 links it, pinned the same way: the tests render
+# every Release the function composes from the real charts in ../shared/charts.
+$(HELM): tests/tools/helm/go.mod tests/tools/helm/go.sum
+	mkdir -p $(TOOLS_BIN)
+	cd tests/tools/helm && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=v4.2.3" \
+		-o $(HELM) helm.sh/helm/v4/cmd/helm
 
 # The CEL cost checker: an XRD through Crossplane's xcrd and the API server's CRD validation (pinned the same way).
 $(CELCOST): tests/tools/celcost/go.mod tests/tools/celcost/go.sum tests/tools/celcost/main.go

@@ -65,7 +65,11 @@ def compose_cluster(
     stack = serving.render(inputs, cluster)
     resources = {**cluster.resources, **stack.resources}
     resources |= usages.compose(
-        inputs, cluster.anchors, cluster.outlives, serving.components(xr.spec.stack), resources
+        inputs,
+        cluster.anchors,
+        cluster.outlives,
+        serving.components(xr.spec.stack, xr.spec.cluster.source),
+        resources,
     )
     complete = cluster.complete and inputs.classes.complete
     if not complete:
@@ -82,7 +86,7 @@ def compose_cluster(
             Condition("BackendReady", stack.ready, stack.reason, stack.message),
             classes_condition(inputs.classes),
         ],
-        results=cluster.results + class_results(xr, inputs.classes),
+        results=cluster.results + stack.results + class_results(xr, inputs.classes),
         requirements=wanted,
         schemas=wanted_schemas,
         ready=None if complete and cluster.ready and installed else False,

@@ -8,6 +8,11 @@ from function.versions import Chart
 # Installed by a cloud with the cluster and gone with it: never deleted one by one, so a deleted
 # cluster cannot leave a finalizer waiting on an API server that no longer exists.
 ORPHAN = ["Observe", "Create", "Update"]
+# provider-helm v1.4.0 retries a failed or stuck (pending) release only when rollbackLimit is set:
+# it uninstalls a failed first install, rolls back a failed upgrade, and tries again, counting
+# failures until the release deploys (pkg/controller/namespaced/release, shouldRollBack). Without
+# it one slow image pull past the wait timeout leaves a release failed for good.
+RELEASE_RETRIES = 100
 
 
 def release(
@@ -32,6 +37,7 @@ def release(
     spec: dict = {
         "providerConfigRef": {"kind": names.CLUSTER_PROVIDER_CONFIG, "name": provider_config},
         "forProvider": for_provider,
+        "rollbackLimit": RELEASE_RETRIES,
     }
     if policies:
         spec["managementPolicies"] = policies

@@ -1,6 +1,8 @@
 """The one table of what the function installs: Helm charts and the provider versions it targets.
 
-Bump a version here and nowhere else; the golden files show what the bump changes.
+Bump a version here and nowhere else; the golden files show what the bump changes. Each version is
+the exact string the chart's repository publishes (provider-helm compares it with the installed
+chart's), and tests/test_charts.py renders every chart from ../shared/charts at that version.
 """
 
 from dataclasses import dataclass
@@ -60,11 +62,13 @@ CHARTS: dict[str, Chart] = {
         version="25.12.0",
         namespace="nvidia-dra-driver",
     ),
-    # Standard stack: multi-node engines as LeaderWorkerSets.
+    # Standard stack: multi-node engines as LeaderWorkerSets. The chart is published as v0.8.0
+    # (hack/push-chart.sh at v0.8.0); provider-helm compares this string with the installed chart's
+    # version, so "0.8.0" would upgrade the release on every reconcile.
     "leader-worker-set": Chart(
         name="lws",
         repository="oci://registry.k8s.io/lws/charts",
-        version="0.8.0",
+        version="v0.8.0",
         namespace="lws-system",
     ),
     # Dynamo stack: Grove gang-schedules engines through the KAI Scheduler.
@@ -146,3 +150,20 @@ AKS_SYSTEM_VM_SIZE = "Standard_D4s_v5"
 NEBIUS_SYSTEM_PLATFORM, NEBIUS_SYSTEM_PRESET = "cpu-d3", "4vcpu-16gb"
 VULTR_SYSTEM_PLAN = "vc2-6c-16gb"
 EKS_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-efs-csi-driver")
+# EKS add-ons whose version follows the cluster's Kubernetes minor, by minor: the "latest version
+# for each Kubernetes version" tables of the EKS User Guide (managing-kube-proxy.md,
+# managing-coredns.md). vpc-cni, eks-pod-identity-agent and aws-efs-csi-driver are released for
+# every supported minor at once and keep the version EKS gave them. A minor missing here is
+# created with EKS's default and, on an upgrade, keeps its add-on versions (with a Warning).
+EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
+    "kube-proxy": {
+        "1.33": "v1.33.10-eksbuild.2",
+        "1.34": "v1.34.6-eksbuild.2",
+        "1.35": "v1.35.3-eksbuild.2",
+    },
+    "coredns": {
+        "1.33": "v1.13.2-eksbuild.4",
+        "1.34": "v1.13.2-eksbuild.4",
+        "1.35": "v1.13.2-eksbuild.4",
+    },
+}

@@ -31,14 +31,6 @@ def crds_dir() -> Path:
     return path
 
 
-def charts_dir() -> Path:
-    """The charts the function installs, as published (../shared/charts, CHARTS_DIR)."""
-    path = Path(os.environ.get("CHARTS_DIR") or ROOT.parent / "shared" / "charts").resolve()
-    if not (path / "SOURCES.md").is_file():
-        pytest.fail(f"charts not found at {path}; set CHARTS_DIR to ../shared/charts")
-    return path
-
-
 def crossplane_bin() -> str:
     path = os.environ.get("CROSSPLANE") or str(ROOT / ".tools" / "bin" / "crossplane")
     if not (Path(path).is_file() and os.access(path, os.X_OK)):

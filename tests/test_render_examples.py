@@ -102,8 +102,11 @@ def test_existing_renders_provider_configs_and_status(rendered):
 def test_existing_second_pass_installs_the_stack_through_the_provider_configs(rendered):
     xr, composed, _ = split(rendered["existing-second-pass"])
     # What needs no other component goes first; the rest waits for what it needs.
-    assert {"release-cert-manager", "release-envoy-gateway", "gateway-namespace"} <= set(composed)
+    first = {"release-cert-manager", "gaie-crd-inferencepools", "gateway-namespace"}
+    assert first <= set(composed)
     assert "gateway-selfsigned-issuer" not in composed  # needs cert-manager Ready
+    # Envoy Gateway needs the InferencePool CRD and the grant to read them first.
+    assert "release-envoy-gateway" not in composed
     release = composed["release-cert-manager"]
     assert release["spec"]["forProvider"]["chart"]["name"] == "cert-manager"
     assert release["metadata"]["namespace"] == "modelplane-system"

@@ -9,7 +9,7 @@ read from observed status and gated, so nothing names what does not exist yet.
 import json
 
 from function import kube, names, shapes
-from function.clusters import aws_network
+from function.clusters import aws_network, eks_upgrade
 from function.clusters.base import (
     GPU_TAINT,
     NO_LATE_INIT,
@@ -17,6 +17,7 @@ from function.clusters.base import (
     SYSTEM_LABELS,
     Cloud,
     Pool,
+    Scaling,
     pool_labels,
     scaling,
 )
@@ -70,6 +71,10 @@ class EKSCluster:
         c.outlives.append(("cluster", "cluster-auth"))
         pools = c.pools("EKS", "eks")
         self.zones = aws_network.render(c, self.region, self.cluster_name, self.tags)
+        self.outlive_load_balancers()
+        node_groups = {"system-nodegroup", *(f"nodegroup-{p.name}" for p in pools)}
+        node_groups |= {k for k in c.inputs.observed.resources if k.startswith("nodegroup-")}
+        self.versions = eks_upgrade.plan(c, self.version, sorted(node_groups))
         self.iam()
         self.control_plane()
         self.system_node_group()
@@ -190,16 +195,44 @@ class EKSCluster:
 
     # --- the control plane ----------------------------------------------------------------------
 
+    def outlive_load_balancers(self) -> None:
+        """The network outlives the cluster's kubeconfig writer, and so the whole stack: a load
+        balancer the gateway's Service made is gone before its subnets and the internet
+        gateway are deleted, so their deletion never loops on DependencyViolation."""
+        c = self.cloud
+        network = ["internet-gateway", "route-public-default"]
+        network += [f"subnet-{tier}-{z}" for z in self.zones for tier in ("public", "private")]
+        c.outlives.extend((key, "cluster-auth") for key in network)
+
+    def kept_subnets(self, key: str, wanted: list[dict], *path: str) -> list[dict]:
+        """The subnets a cluster or node group was composed with, for good: EKS cannot move a
+        node group to other subnets (subnet_ids forces a new node group) nor a cluster to other
+        zones ("all subnets that you add must be in the same set of AZs as originally
+        provided", EKS User Guide network-reqs), so a zone added later is used only by the
+        node groups created after it."""
+        seen = self.cloud.observed(key)
+        refs = seen.get("spec", "forProvider", *path, "subnetIdRefs") if seen else None
+        kept = [
+            {"name": r["name"]}
+            for r in (refs if isinstance(refs, list) else [])
+            if isinstance(r, dict) and isinstance(r.get("name"), str)
+        ]
+        return kept or wanted
+
     def control_plane(self) -> None:
         c = self.cloud
         subnets = [{"name": c.name(tier, z)} for z in self.zones for tier in ("private", "public")]
+        subnets = self.kept_subnets("cluster", subnets, "vpcConfig")
         self.mr(
             "cluster",
             EKS_API,
             "Cluster",
             self.cluster_name,
             {
-                "version": self.version,
+                "version": self.versions.control_plane,
+                # Standard support only: extended support is billed per cluster hour, and a
+                # STANDARD cluster is upgraded by EKS at the end of standard support instead.
+                "upgradePolicy": {"supportType": "STANDARD"},
                 "roleArnRef": {"name": c.name("role", "cluster")},
                 "accessConfig": {
                     "authenticationMode": "API",
@@ -223,18 +256,7 @@ class EKSCluster:
             connection_secret=names.kubeconfig_secret(c.xr),
         )
         for addon in EKS_ADDONS:
-            self.mr(
-                f"addon-{addon}",
-                EKS_API,
-                "Addon",
-                c.name("addon", addon),
-                {
-                    **cluster_ref,
-                    "addonName": addon,
-                    "resolveConflictsOnCreate": "OVERWRITE",
-                    "tags": self.tags,
-                },
-            )
+            self.addon(addon, cluster_ref)
         for key, namespace, account in (
             ("efs-csi", "kube-system", "efs-csi-controller-sa"),
             ("cluster-autoscaler", "kube-system", "cluster-autoscaler"),
@@ -253,6 +275,32 @@ class EKSCluster:
                 },
             )
 
+    def addon(self, addon: str, cluster_ref: dict) -> None:
+        c = self.cloud
+        key = f"addon-{addon}"
+        spec = {
+            **cluster_ref,
+            "addonName": addon,
+            "resolveConflictsOnCreate": "OVERWRITE",
+            "tags": self.tags,
+        }
+        if addon in self.versions.addons:
+            spec["addonVersion"] = self.versions.addons[addon]
+        if addon == "aws-efs-csi-driver":
+            # The controller reads its credentials when its pods start: with no Pod Identity
+            # association (and no agent) yet they fall back to the node role, which has no EFS
+            # permissions. So the add-on comes after both. deleteAccessPointRootDir: a
+            # deleted cache's data goes with its access point and stops costing money (the
+            # driver's controller.deleteAccessPointRootDir, off by default; the add-on honours
+            # it under "controller" since v1.7.6, kubernetes-sigs/aws-efs-csi-driver#1171).
+            spec["configurationValues"] = json.dumps(
+                {"controller": {"deleteAccessPointRootDir": True}}, sort_keys=True
+            )
+            after = ("pod-identity-efs-csi", "addon-eks-pod-identity-agent")
+            if not c.when(key, all(c.is_ready(k) for k in after), "EFS CSI Pod Identity"):
+                return
+        self.mr(key, EKS_API, "Addon", c.name("addon", addon), spec)
+
     def kubeconfig_ready(self) -> bool:
         auth = self.cloud.observed("cluster-auth")
         return auth is not None and (auth.ready or "kubeconfig" in auth.connection_keys)
@@ -266,22 +314,39 @@ class EKSCluster:
         for_provider: dict,
         size: tuple[int, int, int],
         labels: dict | None = None,
+        capacity_block: bool = False,
     ) -> None:
         minimum, maximum, initial = size
+        update: dict = {"maxUnavailable": 1}
+        if capacity_block:
+            # The reservation holds exactly the block's instances: the default rolling update
+            # launches a new node before it removes an old one, which the block cannot give.
+            # MINIMAL removes first (UpdateNodegroupConfig updateStrategy, for constrained GPU
+            # capacity), so a version or launch template rollout stays within the reservation.
+            update["updateStrategy"] = "MINIMAL"
+        spec = {
+            "clusterNameRef": {"name": self.cluster_name},
+            "nodeRoleArnRef": {"name": self.cloud.name("role", "node")},
+            # The autoscaler owns the desired size: it is only seeded, through initProvider.
+            "scalingConfig": {"minSize": minimum, "maxSize": maximum},
+            "updateConfig": update,
+            "tags": self.tags,
+            **for_provider,
+            "subnetIdRefs": self.kept_subnets(key, for_provider["subnetIdRefs"]),
+        }
+        # The control plane's version once it reports one (eks_upgrade), else the one set before.
+        seen = self.cloud.observed(key)
+        version = self.versions.nodes or (
+            seen.get("spec", "forProvider", "version") if seen else None
+        )
+        if isinstance(version, str):
+            spec["version"] = version
         self.mr(
             key,
             EKS_API,
             "NodeGroup",
             name,
-            {
-                "clusterNameRef": {"name": self.cluster_name},
-                "nodeRoleArnRef": {"name": self.cloud.name("role", "node")},
-                # The autoscaler owns the desired size: it is only seeded, through initProvider.
-                "scalingConfig": {"minSize": minimum, "maxSize": maximum},
-                "updateConfig": {"maxUnavailable": 1},
-                "tags": self.tags,
-                **for_provider,
-            },
+            spec,
             init_provider={"scalingConfig": {"desiredSize": initial}},
             policies=NO_LATE_INIT,
             labels=labels,
@@ -308,15 +373,23 @@ class EKSCluster:
         self.check_shape(pool, facts)
         capacity_block = pool.spec.capacity_block
         efa = bool(pool.spec.fabric and pool.spec.fabric.type == "EFA")
-        size = scaling(pool.spec)
+        size = self.dra_floor(pool, scaling(pool.spec))
         accelerator = shape.accelerator.type if shape.accelerator else None
+        key = f"nodegroup-{pool.name}"
+        subnets = aws_network.private_subnet_refs(c, pool.spec.zones or self.zones)
+        if pool.spec.zones and self.kept_subnets(key, subnets) != subnets:
+            c.warn(
+                f"pool {pool.name!r}: zones {pool.spec.zones} are not applied, EKS cannot move a "
+                "node group to other subnets; it keeps the zones it was created with (a pool of "
+                "another name gets the new zones)",
+                reason="ZonesImmutable",
+            )
         for_provider: dict = {
             "amiType": EKS_GPU_AMI[facts.arch if facts else "x86_64"],
             "labels": pool_labels(pool, accelerator),
             "taint": [{**GPU_TAINT, "effect": "NO_SCHEDULE"}],
-            "subnetIdRefs": aws_network.private_subnet_refs(c, pool.spec.zones or self.zones),
+            "subnetIdRefs": subnets,
         }
-        key = f"nodegroup-{pool.name}"
         name = c.name("ng", pool.name)
         sizes = (size.minimum, max(size.maximum, 1), size.initial)
         if not (capacity_block or efa):
@@ -336,6 +409,7 @@ class EKSCluster:
                 for_provider | {"launchTemplate": launch},
                 sizes,
                 {"modelplane.ai/pool": pool.name},
+                capacity_block=bool(capacity_block),
             )
 
         lt = c.observed(f"launch-template-{pool.name}")
@@ -345,6 +419,23 @@ class EKSCluster:
             build,
             "launch template version",
         )
+
+    def dra_floor(self, pool: Pool, size: Scaling) -> Scaling:
+        """An autoscaling pool whose pods claim devices through DRA never scales up from zero:
+        cluster-autoscaler's AWS cloud provider builds no ResourceSlices for an empty node group
+        (cluster-autoscaler docs/dra_support.md), so it sees no node that could take the claim.
+        Such a pool keeps one node."""
+        if not (size.autoscaling and size.minimum == 0 and size.maximum >= 1):
+            return size
+        if not any(d.claim == "DRA" for d in pool.cls.spec.devices):
+            return size
+        self.cloud.warn(
+            f"pool {pool.name!r}: minNodeCount 0 is raised to 1; its pods claim devices through "
+            "DRA, and cluster-autoscaler cannot scale an EKS node group up from zero for DRA "
+            "claims (it builds no ResourceSlices for an empty node group)",
+            reason="ScaleFromZeroUnsupported",
+        )
+        return Scaling(1, size.maximum, max(size.initial, 1), autoscaling=True)
 
     def launch_template(self, pool: Pool, facts: shapes.EC2Type | None, efa: bool) -> str:
         """A launch template for a Capacity Block or EFA pool; returns its name."""
@@ -366,8 +457,11 @@ class EKSCluster:
                     },
                 }
             ],
-            # IMDSv2 only; two hops so pods behind the node's network can still reach it.
-            "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2},
+            # IMDSv2 only, one hop: pods (model code among them) cannot read the node role's
+            # credentials. Every controller that needs AWS gets them through Pod Identity; the
+            # node's own agents run on the host network (EKS User Guide, best practices:
+            # "Restrict access to the instance profile assigned to the worker node").
+            "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1},
             "tags": self.tags,
         }
         capacity_block = pool.spec.capacity_block
@@ -446,7 +540,7 @@ class EKSCluster:
             said = synced.get("message") or ready.get("message") or ready.get("reason")
             if said or ready:
                 c.warn(
-                    f"{where} is not active (expired, cancelled, not started or not found): "
+                    f"{where} is not active (expired, cancelled or not found): "
                     f"{said or 'no report yet'}",
                     reason="CapacityBlockInactive",
                 )
@@ -467,7 +561,10 @@ class EKSCluster:
             )
         ends = seen.at_provider("endDate")
         if ends:
-            c.results.append(Result("Normal", f"{where} is active until {ends}", "CapacityBlock"))
+            # Not "active": the provider (CapacityReservation, v2.6.0) reports neither the
+            # reservation's state nor its start, so a block that has not started looks the same;
+            # the pool is ready when its node group is.
+            c.results.append(Result("Normal", f"{where} is reserved until {ends}", "CapacityBlock"))
 
     def efa_security_group(self) -> None:
         """All traffic between EFA interfaces: a group that admits itself, both ways."""
@@ -595,7 +692,7 @@ class EKSCluster:
             "rbac": {"serviceAccount": {"name": "cluster-autoscaler"}},
             "extraArgs": {
                 "balance-similar-node-groups": True,
-                # GPU pools may sit at zero: the node group's labels and taints come from EKS.
+                # GPU pools whose pods claim through DRA keep one node (dra_floor).
                 "scale-down-unneeded-time": "10m",
                 "enable-dynamic-resource-allocation": True,
             },

@@ -19,6 +19,9 @@ class ClusterFacts:
     complete: bool = True
     # Where the NVIDIA driver lives on the nodes (the DRA driver's nvidiaDriverRoot).
     nvidia_driver_root: str = "/"
+    # Resource keys of what installs that driver: the stack's DRA driver is first created once they
+    # are Ready.
+    nvidia_driver_installers: tuple[str, ...] = ()
     # Resources the serving stack needs alive until it is uninstalled: the kubeconfig's writer.
     anchors: tuple[str, ...] = ()
     # (of, by) resource keys: within the cluster, of outlives by.

@@ -2,12 +2,24 @@
 Filestore CSI driver, as namespaced provider-upjet-gcp resources.
 
 The project comes from the GCP ProviderConfig the credentials name (fetched as a required
-resource): Workload Identity needs it in the cluster's spec. The ProviderConfigs reaching the
-cluster authenticate with its kubeconfig plus that ProviderConfig's own credentials Secret as
-GoogleApplicationCredentials (GKE's kubeconfig carries no user credentials of its own).
+resource): Workload Identity, the service accounts and their IAM grants need it. GKE's kubeconfig
+carries no user credentials, and the GCP ProviderConfig's own credentials may be an injected
+identity or impersonation that no other provider can borrow; so the cluster gets an identity of
+its own: a service account with `roles/container.admin` and a key, whose connection Secret the
+ProviderConfigs reaching the cluster use as GoogleApplicationCredentials (provider-kubernetes
+v1.3.1 and provider-helm v1.4.0 read the JSON key from the Secret key they are given;
+provider-upjet-gcp writes it decoded under `private_key`).
+
+GPU pools follow GKE's DRA guide ("Prepare GKE infrastructure for DRA workloads"): GKE's driver
+installation and device plugin are off, and the COS driver-installer DaemonSet GKE documents
+installs the driver, so the NVIDIA DRA driver is the only allocator of the GPUs.
 """
 
-import math
+import functools
+import re
+from pathlib import Path
+
+import yaml
 
 from function import kube, names, shapes
 from function.clusters.base import (
@@ -15,17 +27,51 @@ from function.clusters.base import (
     SYSTEM_LABELS,
     Cloud,
     Pool,
+    Scaling,
     pool_labels,
     scaling,
 )
 from function.clusters.facts import ClusterFacts
 from function.models import GKE
+from function.providerconfigs import Identity, SecretKey
 
 CONTAINER = "container.gcp.m.upbound.io/v1beta1"
 COMPUTE = "compute.gcp.m.upbound.io/v1beta1"
+CLOUDPLATFORM = "cloudplatform.gcp.m.upbound.io/v1beta1"
 STORAGE_CLASS = "modelplane-rwx"
-# GKE installs the NVIDIA driver here on COS; the DRA driver must be told.
+# Filestore's zonal tier: 1 TiB minimum per volume and 260 MiB/s of reads per TiB (Filestore
+# "Service tiers"); enterprise is regional, which a cache that can be downloaded again does not
+# need, and basic HDD reads at 100 MiB/s.
+FILESTORE_TIER = "zonal"
+# Filestore volumes stay Pending until the project has the API (a ProjectService never disables
+# it again: other clusters of the project may use it).
+FILESTORE_API = "file.googleapis.com"
+# The COS driver installer puts the NVIDIA driver here; the DRA driver must be told.
 NVIDIA_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
+DRIVER_INSTALLER = Path(__file__).parent / "manifests" / "gke-nvidia-driver-installer-cos.yaml"
+DRIVER_INSTALLER_KEY = "nvidia-driver-installer"
+# Every installer pod scheduled is ready (none scheduled while the GPU pools have no node).
+INSTALLED = (
+    "has(object.status) && has(object.status.desiredNumberScheduled)"
+    " && has(object.status.numberReady)"
+    " && object.status.numberReady == object.status.desiredNumberScheduled"
+)
+# GKE's DRA guide: no GKE driver and no GKE device plugin on DRA node pools; the DRA driver's
+# kubelet plugin schedules on nodes labelled nvidia.com/gpu.present=true (its chart's affinity).
+DRA_NODE_LABELS = {
+    "gke-no-default-nvidia-gpu-device-plugin": "true",
+    "nvidia.com/gpu.present": "true",
+}
+NO_GKE_DRIVER = {"gpuDriverVersion": "INSTALLATION_DISABLED"}
+# The identity that reaches the cluster (Kubernetes API through IAM) and the nodes' own, least
+# privilege (GKE "Configure node service accounts": the default node role, plus image pulls).
+ACCESS_ROLE = "roles/container.admin"
+NODE_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader")
+# provider-upjet-gcp writes the decoded JSON key of a ServiceAccountKey under this key.
+KEY_SECRET_KEY = "private_key"  # noqa: S105 - the name of a key in a Secret
+IDENTITY_TYPE = "GoogleApplicationCredentials"
+# 1.<minor>, then anything (a patch, a GKE build).
+MINOR = re.compile(r"^1\.(\d+)(?:\.|$)")
 IMAGE = "COS_CONTAINERD"
 SYSTEM_MACHINE_TYPE = "e2-standard-4"
 # A regional cluster without node locations runs a pool in (usually) three zones.
@@ -46,6 +92,7 @@ class GKECluster:
         self.version = settings.kubernetes_version
         self.cluster_name = cloud.name("gke", limit=40)
         self.labels = {"modelplane-ai-cluster": names.cloud_name(cloud.xr)}
+        self.key_secret = names.child_name(cloud.xr, "gcp-access-key")
 
     def render(self) -> ClusterFacts:
         c = self.cloud
@@ -59,23 +106,28 @@ class GKECluster:
             c.warn(message, reason="ProviderConfigNotFound")
         pools = c.pools("GKE", "gke")
         self.network()
+        self.project_service(project)
+        self.service_account("node", NODE_ROLES, project)
+        self.node_account = self.email("node", project) if project else None
+        self.service_account("access", (ACCESS_ROLE,), project)
+        self.access_key()
         self.control_plane(project)
         self.system_pool()
         for pool in pools:
             self.node_pool(pool)
-        identity = config.secret_identity("GoogleApplicationCredentials")
-        if identity is None and config.spec is not None and c.observed("cluster") is None:
-            c.warn(
-                f"GCP {config.describe} has no credentials Secret; the cluster's ProviderConfigs "
-                "authenticate with the kubeconfig alone",
-                reason="UnsupportedIdentity",
-            )
-        provider_config = c.provider_configs(
-            c.is_ready("cluster"), identity or c.remembered_identity()
-        )
+        # The stack uninstalls through the key; the key goes before its grant and the cluster.
+        c.anchors = ("access-key",)
+        c.outlives += [("cluster", "access-key"), ("access-iam-member-0", "access-key")]
+        key_ready = c.is_ready("access-key") and c.is_ready("access-iam-member-0")
+        identity = Identity(IDENTITY_TYPE, SecretKey(self.key_secret, KEY_SECRET_KEY))
+        if not key_ready:  # ProviderConfigs made with another identity keep it until then
+            identity = c.remembered_identity() or identity
+        provider_config = c.provider_configs(c.is_ready("cluster") and key_ready, identity)
+        self.driver_installer(provider_config)
         storage_class = self.storage_class(provider_config)
         facts = c.facts(provider_config, storage_class)
         facts.nvidia_driver_root = NVIDIA_DRIVER_ROOT
+        facts.nvidia_driver_installers = (DRIVER_INSTALLER_KEY,)
         return facts
 
     def mr(self, key: str, api: str, kind: str, name: str, for_provider: dict, **kw) -> dict:
@@ -122,10 +174,119 @@ class GKECluster:
             },
         )
 
+    # --- the project's API, the service accounts and the cluster's identity -----------------------
+
+    def sa_name(self, role: str) -> str:
+        """A service account id: 6 to 30 characters, a letter first."""
+        return names.cloud_name(self.cloud.xr, role, limit=30, letter_first=True)
+
+    def email(self, role: str, project: str) -> str:
+        return f"{self.sa_name(role)}@{project}.iam.gserviceaccount.com"
+
+    def project_service(self, project: str | None) -> None:
+        def build(project: str) -> None:
+            self.mr(
+                "filestore-api",
+                CLOUDPLATFORM,
+                "ProjectService",
+                self.cloud.name("file-api"),
+                {
+                    "project": project,
+                    "service": FILESTORE_API,
+                    "disableOnDestroy": False,
+                    "disableDependentServices": False,
+                },
+            )
+
+        self.cloud.keep_or_build("filestore-api", {"project": project}, build, "the GCP project id")
+
+    def service_account(self, role: str, grants: tuple[str, ...], project: str | None) -> None:
+        """A dedicated service account and its project-level roles."""
+        c = self.cloud
+        name = self.sa_name(role)
+
+        def account(project: str) -> None:
+            display = f"Modelplane {role} of {c.xr}"[:100]
+            self.mr(
+                f"{role}-service-account",
+                CLOUDPLATFORM,
+                "ServiceAccount",
+                name,
+                {"project": project, "displayName": display},
+            )
+
+        def grant(i: int, project: str) -> None:
+            self.mr(
+                f"{role}-iam-member-{i}",
+                CLOUDPLATFORM,
+                "ProjectIAMMember",
+                c.name(role, grants[i].removeprefix("roles/")),
+                {
+                    "project": project,
+                    "role": grants[i],
+                    "member": f"serviceAccount:{self.email(role, project)}",
+                },
+            )
+
+        waits = "the GCP project id"
+        c.keep_or_build(f"{role}-service-account", {"project": project}, account, waits)
+        for i in range(len(grants)):
+            build = functools.partial(grant, i)
+            c.keep_or_build(f"{role}-iam-member-{i}", {"project": project}, build, waits)
+
+    def access_key(self) -> None:
+        """The access account's JSON key, written to the Secret the ProviderConfigs read."""
+        c = self.cloud
+        if not c.when("access-key", "access-service-account" in c.resources, "the service account"):
+            return
+        self.mr(
+            "access-key",
+            CLOUDPLATFORM,
+            "ServiceAccountKey",
+            c.name("access-key"),
+            {
+                "serviceAccountIdRef": {"name": self.sa_name("access")},
+                "privateKeyType": "TYPE_GOOGLE_CREDENTIALS_FILE",
+            },
+            connection_secret=self.key_secret,
+        )
+
+    # --- the control plane and the node pools ----------------------------------------------------
+
+    def master_version(self) -> str | None:
+        seen = self.cloud.observed("cluster")
+        version = seen.at_provider("masterVersion") if seen else None
+        return version if isinstance(version, str) and version else None
+
+    def control_plane_version(self) -> str:
+        """The spec's version, or the next minor on the way to it: GKE upgrades a control plane
+        one minor version at a time (GKE "Manually upgrading a cluster or node pool")."""
+        seen = self.master_version()
+        if seen is None:  # not observed: hold what the control plane was asked for, if anything
+            return self.seen("cluster", "minMasterVersion") or self.version
+        want, have = _minor(self.version), _minor(seen)
+        if want is None or have is None or want <= have + 1:
+            if want is not None and have is not None and want < have:
+                self.cloud.warn(
+                    f"spec.cluster.gke.kubernetesVersion {self.version} is older than the control "
+                    f"plane's {seen}; GKE cannot downgrade a control plane, so it stays",
+                    reason="VersionDowngrade",
+                )
+            return self.version
+        step = f"1.{have + 1}"
+        self.cloud.warn(
+            f"spec.cluster.gke.kubernetesVersion {self.version}: the control plane is at {seen} "
+            f"and GKE upgrades one minor version at a time; upgrading to {step} first",
+            reason="UpgradingStepwise",
+        )
+        return step
+
     def control_plane(self, project: str | None) -> None:
         c = self.cloud
+        node_account = "node-service-account"
 
-        def build(project: str) -> None:
+        def build(project: str, node_account_ready: bool) -> None:
+            del node_account_ready
             self.mr(
                 "cluster",
                 CONTAINER,
@@ -133,7 +294,7 @@ class GKECluster:
                 self.cluster_name,
                 {
                     "location": self.region,
-                    "minMasterVersion": self.version,
+                    "minMasterVersion": self.control_plane_version(),
                     "releaseChannel": {"channel": "REGULAR"},
                     "deletionProtection": False,
                     # The default pool is replaced by the pools below.
@@ -155,22 +316,35 @@ class GKECluster:
                     "addonsConfig": {"gcpFilestoreCsiDriverConfig": {"enabled": True}},
                     "resourceLabels": self.labels,
                 },
+                # The default pool's nodes run as the node account too, while they last. A node
+                # account is immutable (a change would make upjet refuse to update), so it is
+                # given at creation only and never changes a cluster or pool composed before.
+                init_provider={"nodeConfig": {"serviceAccount": self.email("node", project)}},
                 connection_secret=names.kubeconfig_secret(c.xr),
             )
 
-        c.keep_or_build("cluster", {"project": project}, build, "the GCP project id")
+        ready = True if c.is_ready(node_account) else None
+        c.keep_or_build(
+            "cluster",
+            {"project": project, "node_account_ready": ready},
+            build,
+            "the GCP project id and the node service account",
+        )
 
     def node_pool_mr(
-        self, key: str, name: str, node_config: dict, zones: list[str], size: tuple[int, int, int]
+        self, key: str, name: str, node_config: dict, zones: list[str], size: Scaling
     ) -> None:
-        """A regional node pool sized in totals across its zones; GKE's autoscaler owns the size
-        after the first nodes, which are per zone."""
-        if not self.cloud.when(key, "cluster" in self.cloud.resources, "the cluster"):
+        """A regional node pool as GKE sizes it: node counts are per zone, autoscaling limits
+        are totals. Its nodes run as the node account and follow the control plane's version."""
+        c = self.cloud
+        ready = "cluster" in c.resources and self.node_account is not None
+        if not c.when(key, ready, "the cluster and the node service account"):
             return
-        minimum, maximum, initial = size
         for_provider: dict = {
             "clusterRef": {"name": self.cluster_name},
             "location": self.region,
+            # A release channel keeps auto-upgrade on; the version below is the one GKE's
+            # auto-upgrade moves the pool to as well, so the two never fight.
             "management": {"autoRepair": True, "autoUpgrade": True},
             "nodeConfig": {
                 "imageType": IMAGE,
@@ -178,24 +352,57 @@ class GKECluster:
                 "workloadMetadataConfig": {"mode": "GKE_METADATA"},
                 **node_config,
             },
-            "autoscaling": {
-                "totalMinNodeCount": minimum,
-                "totalMaxNodeCount": maximum,
-                "locationPolicy": "ANY",
-            },
         }
-        if zones:
-            for_provider["nodeLocations"] = zones
-        per_zone = math.ceil(initial / (len(zones) or DEFAULT_ZONES))
-        self.mr(
+        # Pools move after the control plane, never before (nodes may not be newer than it);
+        # while its version is not observed a pool keeps the one it was composed with.
+        version = self.master_version() or self.seen(key, "version")
+        if version:
+            for_provider["version"] = version
+        init_provider = None
+        if size.autoscaling:
+            count = len(zones) or DEFAULT_ZONES
+            for_provider["autoscaling"] = {
+                "totalMinNodeCount": size.minimum,
+                "totalMaxNodeCount": size.maximum,
+                "locationPolicy": "ANY",
+            }
+            init_provider = {"initialNodeCount": initial_per_zone(size, count)}
+            if zones:
+                for_provider["nodeLocations"] = zones
+        elif zones:
+            locations = fixed_locations(zones, size.initial)
+            for_provider["nodeLocations"] = locations
+            for_provider["nodeCount"] = size.initial // len(locations)
+        else:
+            # Unknown zones (the cluster's defaults): totals hold the pool at its size, and the
+            # autoscaler removes the surplus of a first node per zone once it is empty.
+            for_provider["autoscaling"] = {
+                "totalMinNodeCount": size.initial,
+                "totalMaxNodeCount": size.initial,
+                "locationPolicy": "ANY",
+            }
+            init_provider = {"initialNodeCount": -(-size.initial // DEFAULT_ZONES)}
+        # Given at creation only, as the cluster's (immutable).
+        account = self.node_account or self.seen(
+            key, "nodeConfig", "serviceAccount", block="initProvider"
+        )
+        if account:
+            init_provider = (init_provider or {}) | {"nodeConfig": {"serviceAccount": account}}
+        c.managed(
             key,
             CONTAINER,
             "NodePool",
             name,
             for_provider,
-            init_provider={"initialNodeCount": per_zone},
+            init_provider=init_provider,
             policies=NO_LATE_INIT,
         )
+
+    def seen(self, key: str, *path: str, block: str = "forProvider") -> str | None:
+        """A string of an observed resource's spec.forProvider (or another block), if any."""
+        seen = self.cloud.observed(key)
+        value = seen.get("spec", block, *path) if seen else None
+        return value if isinstance(value, str) and value else None
 
     def system_pool(self) -> None:
         c = self.cloud
@@ -204,17 +411,25 @@ class GKECluster:
             c.name("system", limit=40),
             {"machineType": SYSTEM_MACHINE_TYPE, "diskSizeGb": 100, "labels": SYSTEM_LABELS},
             [],
-            (1, 3, 1),
+            Scaling(1, 3, 1, autoscaling=True),
         )
 
     def node_pool(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape
         self.check_shape(pool)
         size = scaling(pool.spec)
-        labels = pool_labels(pool, shape.accelerator.type) | {
-            # GKE's managed NVIDIA DRA driver path: no device plugin on these nodes.
-            "cloud.google.com/gke-nvidia-gpu-dra-driver": "true"
-        }
+        if size.autoscaling:
+            size = Scaling(size.minimum, max(size.maximum, 1), size.initial, autoscaling=True)
+        zones = pool.spec.zones
+        used = zones if size.autoscaling or not zones else fixed_locations(zones, size.initial)
+        if len(used) < len(zones):
+            c.warn(
+                f"pool {pool.name!r}: {size.initial} nodes do not split evenly over "
+                f"{len(zones)} zones (GKE counts a fixed pool's nodes per zone); it runs "
+                f"{size.initial // len(used)} in each of {', '.join(used)}",
+                reason="PoolZonesNarrowed",
+            )
+        labels = pool_labels(pool, shape.accelerator.type) | DRA_NODE_LABELS
         self.node_pool_mr(
             f"nodepool-{pool.name}",
             c.name("np", pool.name, limit=40),
@@ -223,16 +438,17 @@ class GKECluster:
                 "diskSizeGb": shape.disk_size_gb,
                 "labels": labels,
                 "taint": [GKE_GPU_TAINT],
+                "gvnic": {"enabled": True},
                 "guestAccelerator": [
                     {
                         "type": shape.accelerator.type,
                         "count": shape.accelerator.count,
-                        "gpuDriverInstallationConfig": {"gpuDriverVersion": "DEFAULT"},
+                        "gpuDriverInstallationConfig": NO_GKE_DRIVER,
                     }
                 ],
             },
             pool.spec.zones,
-            (size.minimum, max(size.maximum, 1), size.initial),
+            size,
         )
 
     def check_shape(self, pool: Pool) -> None:
@@ -270,6 +486,15 @@ class GKECluster:
                 f"class asks for {accelerator.count}"
             )
 
+    def driver_installer(self, provider_config: str | None) -> None:
+        """The NVIDIA driver on every GPU node, by the COS installer DaemonSet GKE documents
+        (its pods tolerate every taint, GKE's GPU taint included)."""
+        c = self.cloud
+        key = DRIVER_INSTALLER_KEY
+        if provider_config is None or not c.on_cluster(key):
+            return
+        c.put(key, provider_config, driver_installer_manifest(), ready_when=INSTALLED)
+
     def storage_class(self, provider_config: str | None) -> str | None:
         c = self.cloud
         key = "storage-class-rwx"
@@ -277,11 +502,12 @@ class GKECluster:
             return None
         network = c.observed("network")
 
-        def build(network_name: str) -> None:
+        def build(network_name: str, api: bool) -> None:
+            del api
             manifest = kube.storage_class(
                 STORAGE_CLASS,
                 "filestore.csi.storage.gke.io",
-                parameters={"tier": "enterprise", "network": network_name},
+                parameters={"tier": FILESTORE_TIER, "network": network_name},
                 reclaimPolicy="Delete",
                 volumeBindingMode="Immediate",
                 allowVolumeExpansion=True,
@@ -291,8 +517,37 @@ class GKECluster:
         name = (network.external_name or network.get("metadata", "name")) if network else None
         c.keep_or_build(
             key,
-            {"network_name": name if network and network.ready else None},
+            {
+                "network_name": name if network and network.ready else None,
+                "api": True if c.is_ready("filestore-api") else None,
+            },
             build,
-            "the VPC network",
+            "the VPC network and the Filestore API",
         )
         return STORAGE_CLASS if key in c.resources else None
+
+
+def _minor(version: str | None) -> int | None:
+    match = MINOR.match(version or "")
+    return int(match.group(1)) if match else None
+
+
+def initial_per_zone(size: Scaling, zones: int) -> int:
+    """The first nodes of each zone: enough for the initial total, never more than the maximum
+    (the autoscaler enforces neither limit on nodes it did not add)."""
+    per_zone = -(-size.initial // zones)
+    return per_zone if per_zone * zones <= size.maximum else size.maximum // zones
+
+
+def fixed_locations(zones: list[str], count: int) -> list[str]:
+    """The first of the pool's zones that split count evenly: a fixed pool is exactly count
+    nodes (nodeCount is per zone)."""
+    if count == 0:
+        return zones
+    spread = max(d for d in range(1, len(zones) + 1) if count % d == 0)
+    return zones[:spread]
+
+
+@functools.cache
+def driver_installer_manifest() -> dict:
+    return yaml.safe_load(DRIVER_INSTALLER.read_text())

@@ -23,9 +23,15 @@ from function.clusters.base import (
 )
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs
-from function.output import Desired, Requirement
+from function.output import Desired, Requirement, Result
 from function.serving import gateway
-from function.serving.components import COMPONENTS, RESOURCE_KEYS, Component, Context
+from function.serving.components import (
+    COMPONENTS,
+    GPU_NODE_LABEL,
+    RESOURCE_KEYS,
+    Component,
+    Context,
+)
 from function.versions import CHARTS
 
 GATEWAY_KIND = Requirement(names.API_VERSION, "InferenceGateway")
@@ -33,6 +39,7 @@ GATEWAY_KIND = Requirement(names.API_VERSION, "InferenceGateway")
 # it is not; listing an unknown kind would fail the whole reconcile).
 GATEWAY_SCHEMA = "inference-gateway-kind"
 GATEWAYS = "inference-gateways"
+DRA_DRIVER = "nvidia-dra-driver"
 
 
 @dataclass
@@ -45,6 +52,7 @@ class StackFacts:
     address: str | None = None
     ca_certificate: str | None = None
     client_cas: int | None = None
+    results: list[Result] = field(default_factory=list)
 
 
 def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
@@ -62,7 +70,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         client_cas=cas,
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
-    table = components(ctx.stack)
+    table = components(ctx.stack, inputs.xr.spec.cluster.source)
     pending: dict[str, str | None] = {}
     withheld: list[str] = []
     for component in table:
@@ -77,6 +85,10 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
             continue
         if seen is None:  # first composed once reachable and what it comes after is Ready
             blocked = [d for d in component.after if not _ready(observed.get(RESOURCE_KEYS[d]))]
+            if component.key == DRA_DRIVER:  # the node driver a cloud installs itself comes first
+                blocked += [
+                    k for k in cluster.nvidia_driver_installers if not _ready(observed.get(k))
+                ]
             if not reachable or blocked:
                 pending[key] = ", ".join(blocked) if reachable else "ProviderConfigs"
                 continue
@@ -84,6 +96,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         facts.resources[key] = Desired(body, ready=seen is not None and seen.ready, shared=True)
 
     facts.address, facts.ca_certificate = observed_gateway(inputs)
+    facts.results += unplaced_gpu_plugin(inputs)
     waiting = {
         k: observed_reason(observed.get(k)) for k, d in facts.resources.items() if not d.ready
     }
@@ -106,9 +119,29 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
 
 
 @functools.cache
-def components(stack: str) -> tuple[Component, ...]:
-    """The components of a stack, in table order."""
-    return tuple(c for c in COMPONENTS if stack in c.stacks)
+def components(stack: str, source: str) -> tuple[Component, ...]:
+    """The components of a stack on a cluster of this source, in table order."""
+    return tuple(
+        c for c in COMPONENTS if stack in c.stacks and (c.sources is None or source in c.sources)
+    )
+
+
+def unplaced_gpu_plugin(inputs: Inputs) -> list[Result]:
+    """A Warning while the DRA kubelet plugin runs on no node: no GPU can be claimed."""
+    seen = inputs.observed.resources.get("dra-kubelet-plugin")
+    desired = seen.at_provider("manifest", "status", "desiredNumberScheduled") if seen else None
+    if desired != 0:
+        return []
+    return [
+        Result(
+            "Warning",
+            "no node runs the NVIDIA DRA driver's kubelet plugin, so no GPU can be claimed: "
+            f"give each GPU node the label {GPU_NODE_LABEL}=true (node-feature-discovery sets it "
+            "on nodes with an NVIDIA PCI device it runs on) or nvidia.com/gpu.present=true, and "
+            "taint it only with the key nvidia.com/gpu",
+            reason="NoGPUNodes",
+        )
+    ]
 
 
 def requirements(schemas: Mapping[str, bool]) -> dict[str, Requirement]:

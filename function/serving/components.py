@@ -15,10 +15,11 @@ import yaml
 
 from function import names, wire
 from function.serving import gateway
-from function.versions import IMAGES
+from function.versions import CHARTS, IMAGES
 
 STANDARD, DYNAMO = "Standard", "Dynamo"
 BOTH = frozenset({STANDARD, DYNAMO})
+EXISTING = "Existing"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 CRDS = Path(__file__).parent / "crds"
 MODELEXPRESS = "modelexpress-server"
@@ -48,6 +49,8 @@ class Component:
     build: Build
     after: tuple[str, ...] = ()
     stacks: frozenset[str] = BOTH
+    # The cluster sources it goes on (None: every one).
+    sources: frozenset[str] | None = None
     chart: bool = False
     # Charts: helm --wait. Manifests: a CEL readiness query over the remote object.
     wait: bool = False
@@ -129,6 +132,68 @@ ENVOY_GATEWAY_VALUES = {
         }
     }
 }
+
+# node-feature-discovery 0.18.3 names a PCI device's label after deviceLabelFields, by default class
+# and vendor (source/pci/pci.go newDefaultConfig): pci-0302_10de.present on an NVIDIA GPU, which the
+# DRA driver's kubelet plugin affinity never matches (nvidia-dra-driver-gpu 25.12.0 values.yaml
+# wants feature.node.kubernetes.io/pci-10de.present). By vendor alone every NVIDIA GPU node gets
+# pci-10de.present=true, as the GPU operator configures NFD too.
+NFD_VALUES = {
+    "worker": {
+        "tolerations": [GPU_TOLERATION],
+        "config": {"sources": {"pci": {"deviceLabelFields": ["vendor"]}}},
+    }
+}
+GPU_NODE_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+# The DRA driver's kubelet plugin DaemonSet, as its chart names it (templates/kubeletplugin.yaml).
+DRA_KUBELET_PLUGIN = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "nvidia-dra-driver-gpu-kubelet-plugin", "namespace": "nvidia-dra-driver"},
+}
+
+# Envoy Gateway v1.8.3 watches the InferencePools named in backendResources and reports ready only
+# once every informer has synced, but its chart's ClusterRole cannot read them; ai-gateway-helm
+# ships the grant (envoy_gateway_cluster_role_for_inference_pool.yaml) and comes after Envoy
+# Gateway. So the grant, and the InferencePool CRD, come first (as the AI Gateway's own e2e does).
+# The service account's name is fixed by gateway-helm (envoy-gateway-serviceaccount.yaml).
+INFERENCE_POOL_READER = "modelplane:envoy-gateway-inferencepool-reader"
+INFERENCE_POOL_READER_ROLE = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRole",
+    "metadata": {"name": INFERENCE_POOL_READER},
+    "rules": [
+        {
+            "apiGroups": ["inference.networking.k8s.io"],
+            "resources": ["inferencepools"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ],
+}
+INFERENCE_POOL_READER_BINDING = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRoleBinding",
+    "metadata": {"name": INFERENCE_POOL_READER},
+    "roleRef": {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": INFERENCE_POOL_READER,
+    },
+    "subjects": [
+        {
+            "kind": "ServiceAccount",
+            "name": "envoy-gateway",
+            "namespace": CHARTS["envoy-gateway"].namespace,
+        }
+    ],
+}
+
+# Grove v0.1.0-alpha.11 defaults its scheduler profile to default-scheduler
+# (operator/api/config/v1alpha1/defaults.go): a PodCliqueSet that names no scheduler bypasses KAI
+# and is never gang-scheduled. The chart's config.scheduler.defaultProfileName
+# (templates/_helpers.tpl) makes KAI the default; its profiles list already enables kai-scheduler,
+# whose CRDs come first.
+GROVE_VALUES = {"config": {"scheduler": {"defaultProfileName": "kai-scheduler"}}}
 
 CRITICAL_PODS_QUOTA = {
     "apiVersion": "v1",
@@ -286,6 +351,10 @@ def table() -> tuple[Component, ...]:
             {"crds": {"enabled": True, "keep": True}, "enableCertificateOwnerRef": True},
             wait=True,
         ),
+        manifest(
+            "gateway-namespace",
+            namespace(names.SYSTEM_NAMESPACE, {"modelplane.ai/namespace": names.SYSTEM_NAMESPACE}),
+        ),
         chart(
             "trust-manager",
             {
@@ -293,21 +362,11 @@ def table() -> tuple[Component, ...]:
                 "app": {"trust": {"namespace": names.SYSTEM_NAMESPACE}},
                 "defaultPackage": {"enabled": False},
             },
-            after=("cert-manager",),
+            # Its trust namespace exists before it installs (the chart's NOTES.txt).
+            after=("cert-manager", "gateway-namespace"),
             wait=True,
         ),
-        manifest(
-            "gateway-namespace",
-            namespace(names.SYSTEM_NAMESPACE, {"modelplane.ai/namespace": names.SYSTEM_NAMESPACE}),
-        ),
-        # Gateway API, Envoy Gateway and the Envoy AI Gateway.
-        chart("envoy-gateway", ENVOY_GATEWAY_VALUES, wait=True),
-        chart("ai-gateway-crds", {}, wait=True),
-        chart(
-            "ai-gateway",
-            {"controller": {"logRequestHeaderAttributes": "x-modelplane-caller:caller"}},
-            after=("ai-gateway-crds", "envoy-gateway"),
-        ),
+        # Gateway API, the endpoint picker's CRDs, Envoy Gateway and the Envoy AI Gateway.
         manifest(
             "gaie-crd-inferencepools",
             _crd("inference.networking.k8s.io_inferencepools.yaml"),
@@ -318,16 +377,40 @@ def table() -> tuple[Component, ...]:
             _crd("inference.networking.x-k8s.io_inferenceobjectives.yaml"),
             ready_when=crds_ready,
         ),
-        # GPUs through DRA, discovered by node-feature-discovery.
-        chart(
-            "node-feature-discovery",
-            {"worker": {"tolerations": [GPU_TOLERATION]}},
+        manifest("envoy-gateway-inferencepool-reader", INFERENCE_POOL_READER_ROLE),
+        manifest(
+            "envoy-gateway-inferencepool-reader-binding",
+            INFERENCE_POOL_READER_BINDING,
+            after=("envoy-gateway-inferencepool-reader",),
         ),
+        chart(
+            "envoy-gateway",
+            ENVOY_GATEWAY_VALUES,
+            after=("gaie-crd-inferencepools", "envoy-gateway-inferencepool-reader-binding"),
+            wait=True,
+        ),
+        chart("ai-gateway-crds", {}, wait=True),
+        chart(
+            "ai-gateway",
+            {"controller": {"logRequestHeaderAttributes": "x-modelplane-caller:caller"}},
+            after=("ai-gateway-crds", "envoy-gateway"),
+        ),
+        # GPUs through DRA, discovered by node-feature-discovery.
+        chart("node-feature-discovery", NFD_VALUES),
         manifest("dra-driver-namespace", namespace("nvidia-dra-driver")),
         manifest(
             "dra-driver-critical-pods-quota", CRITICAL_PODS_QUOTA, after=("dra-driver-namespace",)
         ),
         chart("nvidia-dra-driver", dra_driver_values, after=("dra-driver-critical-pods-quota",)),
+        # On a cluster someone else runs, whether any node took the kubelet plugin (its GPU nodes
+        # are labelled and tainted by its operator, not by us).
+        manifest(
+            "dra-kubelet-plugin",
+            DRA_KUBELET_PLUGIN,
+            after=("nvidia-dra-driver",),
+            sources=frozenset({EXISTING}),
+            observe_only=True,
+        ),
         # The gateway's CA and certificates.
         manifest(
             "gateway-selfsigned-issuer",
@@ -384,8 +467,8 @@ def table() -> tuple[Component, ...]:
         # Standard: multi-node engines as LeaderWorkerSets.
         chart("leader-worker-set", {}, stacks=frozenset({STANDARD})),
         # Dynamo: Grove, the KAI Scheduler and its queues, ModelExpress.
-        chart("grove", {}, stacks=frozenset({DYNAMO})),
         chart("kai-scheduler", {}, stacks=frozenset({DYNAMO}), wait=True),
+        chart("grove", GROVE_VALUES, after=("kai-scheduler",), stacks=frozenset({DYNAMO})),
         manifest(
             "kai-queue-root",
             queue("modelplane-root", None),

@@ -102,6 +102,18 @@ def _eks_cluster(body: dict, world: World) -> dict:
     }
 
 
+def _versioned(service: str, resource: str, field: str) -> Callable[[dict, World], dict]:
+    """EKS node groups and add-ons report the version they run: the one their spec sets (an
+    unset one is EKS's default, which the simulator does not model)."""
+    arn = _arn(service, resource)
+
+    def report(body: dict, world: World) -> dict:
+        version = _for_provider(body).get(field)
+        return {**arn(body, world), **({field: version} if version else {})}
+
+    return report
+
+
 def _launch_template(body: dict, world: World) -> dict:
     del world
     return {
@@ -288,8 +300,8 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("iam.aws.m.upbound.io", "Policy"): _arn("iam", "policy"),
     ("iam.aws.m.upbound.io", "RolePolicyAttachment"): _aws_id("attach"),
     ("eks.aws.m.upbound.io", "Cluster"): _eks_cluster,
-    ("eks.aws.m.upbound.io", "NodeGroup"): _arn("eks", "nodegroup"),
-    ("eks.aws.m.upbound.io", "Addon"): _arn("eks", "addon"),
+    ("eks.aws.m.upbound.io", "NodeGroup"): _versioned("eks", "nodegroup", "version"),
+    ("eks.aws.m.upbound.io", "Addon"): _versioned("eks", "addon", "addonVersion"),
     ("eks.aws.m.upbound.io", "PodIdentityAssociation"): _aws_id("a"),
     ("eks.aws.m.upbound.io", "ClusterAuth"): lambda body, world: {},
     ("efs.aws.m.upbound.io", "FileSystem"): _aws_id("fs"),

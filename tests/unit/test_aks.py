@@ -3,9 +3,7 @@
 import copy
 import ipaddress
 import json
-import re
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,8 +13,8 @@ from function.clusters.base import pool_version
 from function.compose import compose_cluster
 from function.inputs import Observed
 from function.output import Output
+from tests import charts, nodes
 from tests.builders import all_classes, example
-from tests.conftest import charts_dir
 from tests.sim.providers import conditions
 from tests.unit import sim
 
@@ -65,56 +63,30 @@ GUIDE = "manifests/aks-rdma-infiniband/configs"
 
 def guide(path: str) -> dict:
     """A manifest of Azure's aks-rdma-infiniband guide (../shared/charts/manifests)."""
-    return yaml.safe_load((charts_dir() / GUIDE / path).read_text())
+    return yaml.safe_load((charts.charts_dir() / GUIDE / path).read_text())
 
 
 def manifest(out: Output, key: str) -> dict:
     return out.resources[key].body["spec"]["forProvider"]["manifest"]
 
 
-def chart_reads(chart: Path) -> set[str]:
-    """Every value path a chart reads: its values.yaml keys, the .Values paths of its templates,
-    its dependencies' conditions."""
-    reads: set[str] = set()
-
-    def walk(node, prefix: str) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                reads.add(prefix + k)
-                walk(v, f"{prefix}{k}.")
-
-    walk(yaml.safe_load((chart / "values.yaml").read_text()), "")
-    for template in (chart / "templates").rglob("*"):
-        if template.is_file():
-            reads |= set(re.findall(r"\.Values\.([A-Za-z0-9_.]+)", template.read_text()))
-    for dep in yaml.safe_load((chart / "Chart.yaml").read_text()).get("dependencies", []):
-        if dep.get("condition"):
-            reads.add(dep["condition"])
-    return reads
-
-
-def leaf_paths(values: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k, v in values.items():
-        if isinstance(v, dict) and v:
-            out += leaf_paths(v, f"{prefix}{k}.")
-        else:
-            out.append(prefix + k)
-    return out
-
-
 def test_network_operator_sets_only_values_its_chart_reads_and_leaves_nfd_to_the_stack():
     xr, classes = example("aks")
     out = converge(xr, classes)
     release = out.resources["release-network-operator"].body["spec"]["forProvider"]
-    chart = charts_dir() / f"{release['chart']['name']}-{release['chart']['version']}"
-    reads = chart_reads(chart)
+    chart = charts.chart_path(release["chart"]["name"], release["chart"]["version"])
+    assert chart is not None
     values = release["values"]
-    unread = [p for p in leaf_paths(values) if p not in reads]
+    unread = [p for p in charts.leaf_paths(values) if not charts.reads(chart, p)]
     assert not unread, f"values {chart.name} never reads: {unread}"
     # What 26.4.0 no longer reads (the NicClusterPolicy left the chart): the check would catch it.
-    for gone in ("deployCR", "ofedDriver.deploy", "rdmaSharedDevicePlugin.deploy", "daemonsets"):
-        assert gone not in reads
+    for gone in (
+        ("deployCR",),
+        ("ofedDriver", "deploy"),
+        ("rdmaSharedDevicePlugin", "deploy"),
+        ("daemonsets", "tolerations"),
+    ):
+        assert not charts.reads(chart, gone), gone
     # One NFD per cluster, the stack's; the chart's NodeFeatureRule labels the NICs through it.
     assert values["nfd"] == {"enabled": False, "deployNodeFeatureRules": True}
     assert "release-node-feature-discovery" in out.resources
@@ -340,3 +312,38 @@ def test_raising_the_version_upgrades_the_control_plane_then_every_agent_pool(na
 )
 def test_pools_never_lead_the_control_plane(target, running, current, asks):
     assert pool_version(target, running, current) == asks
+
+
+# A ConnectX-7 InfiniBand HCA as the PCI bus shows it (class 0207: InfiniBand controller).
+CONNECTX7 = {"class": "0207", "vendor": "15b3", "device": "1021"}
+
+
+def test_the_policy_and_reloader_land_on_infiniband_nodes_labelled_by_the_charts_rule():
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    release = out.resources["release-network-operator"].body
+    # The NodeFeatureRule the real chart installs with these values, as the stack's NFD applies it.
+    [rule] = [d for d in charts.template(release) if d["kind"] == "NodeFeatureRule"]
+    labels = {}
+    for r in rule["spec"]["rules"]:
+        for feature in r["matchFeatures"]:
+            assert feature["feature"] == "pci.device"
+            expressions = feature["matchExpressions"]
+            if all(CONNECTX7[k] in e["value"] for k, e in expressions.items()):
+                labels |= {nodes.NFD_LABEL_PREFIX + k: v for k, v in r["labels"].items()}
+    assert labels == {aks.MLNX_NIC_LABEL: "true"}
+    [node] = nodes.gpu_nodes(d.body for d in out.resources.values())
+    node.labels |= labels
+    policy = manifest(out, "nic-cluster-policy")["spec"]
+    as_pod = {
+        "affinity": {"nodeAffinity": policy["nodeAffinity"]},
+        "tolerations": policy["tolerations"],
+    }
+    assert nodes.why_not(as_pod, node) is None
+    reloader = manifest(out, "nvidia-peermem-reloader")["spec"]["template"]["spec"]
+    assert nodes.why_not(reloader, node) is None
+    # A node of another pool, or one without the NIC label, gets neither.
+    other = nodes.Node("other", {**node.labels, "modelplane.ai/pool": "other"}, node.taints)
+    assert nodes.why_not(as_pod, other) and nodes.why_not(reloader, other)
+    bare = nodes.Node(node.pool, {k: v for k, v in node.labels.items() if k not in labels}, [])
+    assert nodes.why_not(as_pod, bare)

@@ -2,6 +2,7 @@
 
 import copy
 import ipaddress
+import json
 
 import pytest
 
@@ -161,7 +162,7 @@ def test_capacity_block_node_group_and_launch_template():
         ({**MATCHING, "availabilityZone": "us-east-2a"}, "is in us-east-2a, but the pool's zones"),
         ({**MATCHING, "instanceType": "p5.48xlarge"}, "reserves p5.48xlarge, but class"),
         ({**MATCHING, "instanceCount": 1}, "reserves 1 instances, fewer than the pool's 2 nodes"),
-        (None, "is not active (expired, cancelled, not started or not found)"),
+        (None, "is not active (expired, cancelled or not found)"),
     ],
     ids=["zone", "instance-type", "count", "gone"],
 )
@@ -275,3 +276,264 @@ def test_wait_message_names_what_it_waits_for():
     assert message.startswith("waiting for ")
     assert "addon-aws-efs-csi-driver" in message and "and " in message
     assert len(message) <= 512
+
+
+# --- zones that stay -------------------------------------------------------------------------
+
+
+def changed(before, after) -> set[str]:
+    """Keys whose body changed or went, between two compositions."""
+    return {
+        k
+        for k, d in before.resources.items()
+        if k not in after.resources or after.resources[k].body != d.body
+    }
+
+
+def test_a_pool_added_in_a_new_zone_removes_and_rewrites_nothing_of_the_others():
+    # One pool in us-west-2a, padded to two zones with us-west-2b.
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["nodePools"] = xr["spec"]["nodePools"][:1]
+    out = converge(xr, classes)
+    assert "subnet-private-us-west-2b" in out.resources
+    grown = copy.deepcopy(xr)
+    grown["spec"]["nodePools"].append(
+        {"name": "gpu-c", "className": "eks-l40s-4x-g6e", "nodeCount": 1, "zones": ["us-west-2c"]}
+    )
+    after = compose_cluster(grown, all_classes(classes), reported(out))
+    assert changed(out, after) == set()
+    ng = after.resources["nodegroup-gpu-c"].body["spec"]["forProvider"]
+    assert [r["name"] for r in ng["subnetIdRefs"]] == [
+        after.resources["subnet-private-us-west-2c"].body["metadata"]["name"]
+    ]
+    for key in (
+        "nat-gateway-us-west-2c",
+        "efs-mount-target-us-west-2c",
+        "subnet-public-us-west-2c",
+    ):
+        assert key in after.resources
+    # The next pass, with the new zone's network reported, rewrites nothing either.
+    again = compose_cluster(grown, all_classes(classes), reported(after))
+    assert changed(after, again) == set()
+
+
+def test_a_pools_zones_never_move_its_node_group():
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes)
+    moved = copy.deepcopy(xr)
+    moved["spec"]["nodePools"][0]["zones"] = ["us-west-2c"]
+    after = compose_cluster(moved, all_classes(classes), reported(out))
+    key = "nodegroup-gpu-l4"
+    assert after.resources[key].body == out.resources[key].body
+    warnings = [r.message for r in after.results if r.reason == "ZonesImmutable"]
+    assert len(warnings) == 1 and "pool 'gpu-l4'" in warnings[0] and "us-west-2c" in warnings[0]
+    # The new zone is built for whatever is created there later; nothing else changed.
+    assert "subnet-private-us-west-2c" in after.resources
+    assert changed(out, after) == set()
+
+
+# --- upgrades --------------------------------------------------------------------------------
+
+
+def versions(out) -> dict[str, str | None]:
+    """The version every versioned resource is set to."""
+    found = {}
+    for key, desired in out.resources.items():
+        spec = desired.body["spec"].get("forProvider", {})
+        if desired.body["kind"] in ("Cluster", "NodeGroup") and desired.body[
+            "apiVersion"
+        ].startswith("eks."):
+            found[key] = spec.get("version")
+        elif desired.body["kind"] == "Addon":
+            found[key] = spec.get("addonVersion")
+    return found
+
+
+def upgrade(xr: dict, classes: list[dict], to: str, world: World | None = None):
+    """Converge, raise the version, and return the version changes of each pass after it."""
+    out = converge(xr, classes, world)
+    raised = copy.deepcopy(xr)
+    raised["spec"]["cluster"]["eks"]["kubernetesVersion"] = to
+    steps = []
+    for _ in range(12):
+        again = compose_cluster(raised, all_classes(classes), reported(out, world))
+        before, after = versions(out), versions(again)
+        moved = {k: after[k] for k in after if before.get(k) != after[k]}
+        assert set(before) == set(after)
+        if not moved and again.resources == out.resources:
+            return steps, again
+        steps.append(moved)
+        out = again
+    raise AssertionError("no convergence")
+
+
+def test_a_version_bump_moves_the_control_plane_then_the_node_groups_then_the_addons():
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.34"
+    steps, final = upgrade(xr, classes, "1.35")
+    groups = {"system-nodegroup", "nodegroup-gpu-l4", "nodegroup-gpu-l40s"}
+    assert steps == [
+        {"cluster": "1.35"},
+        dict.fromkeys(sorted(groups), "1.35"),
+        {"addon-kube-proxy": "v1.35.3-eksbuild.2"},
+    ]
+    assert not [r for r in final.results if r.severity == "Warning"]
+
+
+def test_a_bump_of_two_minors_goes_one_at_a_time():
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.33"
+    steps, _ = upgrade(xr, classes, "1.35")
+    clusters = [s["cluster"] for s in steps if "cluster" in s]
+    assert clusters == ["1.34", "1.35"]
+    # Each step of the control plane is alone, and comes after the node groups and add-ons
+    # reached the one before.
+    assert all(len(s) == 1 for s in steps if "cluster" in s)
+    second = next(i for i, s in enumerate(steps) if s.get("cluster") == "1.35")
+    assert any(s.get("addon-kube-proxy") == "v1.34.6-eksbuild.2" for s in steps[:second])
+    assert any(s.get("nodegroup-gpu-l4") == "1.34" for s in steps[:second])
+
+
+@pytest.mark.parametrize("name", ["eks", "eks-on-demand"])
+def test_raising_each_eks_examples_version_moves_exactly_the_control_plane_then_the_pools(name):
+    xr, classes = example(name)
+    world = World(capacity_reservations={RESERVATION: MATCHING})
+    steps, final = upgrade(xr, classes, "1.37", world)
+    groups = sorted(
+        k for k in final.resources if k.endswith("nodegroup") or k.startswith("nodegroup-")
+    )
+    # 1.37 is not in the add-on table: the add-ons keep EKS's versions.
+    assert steps == [{"cluster": "1.37"}, dict.fromkeys(groups, "1.37")]
+
+
+def test_an_addon_with_no_known_version_for_the_new_minor_stays_and_says_so():
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes)
+    seen = reported(out)
+    # As the provider late-initialises it: EKS's default for 1.36, in spec and status.
+    addon = seen.resources["addon-kube-proxy"].body
+    addon["spec"]["forProvider"]["addonVersion"] = "v1.36.2-eksbuild.1"
+    addon["status"]["atProvider"]["addonVersion"] = "v1.36.2-eksbuild.1"
+    seen.resources["cluster"].body["status"]["atProvider"]["version"] = "1.37"
+    for key, resource in seen.resources.items():
+        if key.endswith("nodegroup") or key.startswith("nodegroup-"):
+            resource.body["status"]["atProvider"]["version"] = "1.37"
+    raised = copy.deepcopy(xr)
+    raised["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.37"
+    again = compose_cluster(raised, all_classes(classes), seen)
+    spec = again.resources["addon-kube-proxy"].body["spec"]["forProvider"]
+    assert spec["addonVersion"] == "v1.36.2-eksbuild.1"
+    warning = next(r.message for r in again.results if r.reason == "AddonVersionUnknown")
+    assert "kube-proxy stays at v1.36.2-eksbuild.1" in warning and "1.37" in warning
+
+
+def test_a_downgrade_or_a_bad_version_changes_nothing_and_says_so():
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes)
+    for bad in ("1.35", "latest"):
+        lowered = copy.deepcopy(xr)
+        lowered["spec"]["cluster"]["eks"]["kubernetesVersion"] = bad
+        again = compose_cluster(lowered, all_classes(classes), reported(out))
+        assert versions(again) == versions(out)
+        warning = next(r.message for r in again.results if r.reason == "InvalidVersion")
+        assert f"kubernetesVersion {bad!r}" in warning
+
+
+def at_and_raised(at: str, to: str):
+    """eks-on-demand converged at one version, and its spec raised to another."""
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = at
+    raised = copy.deepcopy(xr)
+    raised["spec"]["cluster"]["eks"]["kubernetesVersion"] = to
+    return xr, raised, classes, converge(xr, classes)
+
+
+def test_versions_stay_while_the_cluster_status_is_lost():
+    _, raised, classes, out = at_and_raised("1.34", "1.35")
+    lost = compose_cluster(raised, all_classes(classes), reported(out, drop_status=("cluster",)))
+    assert versions(lost) == versions(out)
+
+
+# --- Capacity Blocks, EFS, metadata, cost ------------------------------------------------------
+
+
+def test_capacity_block_node_groups_roll_out_within_the_reservation():
+    xr, classes = example("eks")
+    out = converge(xr, classes, World(capacity_reservations={RESERVATION: MATCHING}))
+    update = out.resources["nodegroup-gpu-h200"].body["spec"]["forProvider"]["updateConfig"]
+    assert update == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
+    system = out.resources["system-nodegroup"].body["spec"]["forProvider"]["updateConfig"]
+    assert system == {"maxUnavailable": 1}
+
+
+def test_efs_addon_comes_after_its_pod_identity_and_deletes_access_point_data():
+    xr, classes = example("eks-on-demand")
+    first = compose_cluster(xr, all_classes(classes), Observed())
+    assert "addon-aws-efs-csi-driver" not in first.resources
+    assert "pod-identity-efs-csi" in first.resources
+    without_agent = reported(first)
+    again = compose_cluster(xr, all_classes(classes), without_agent)
+    addon = again.resources["addon-aws-efs-csi-driver"].body["spec"]["forProvider"]
+    assert json.loads(addon["configurationValues"]) == {
+        "controller": {"deleteAccessPointRootDir": True}
+    }
+    # Once composed it stays, whatever the association reports.
+    lost = reported(again, drop_status=("pod-identity-efs-csi", "addon-eks-pod-identity-agent"))
+    assert "addon-aws-efs-csi-driver" in compose_cluster(xr, all_classes(classes), lost).resources
+
+
+def test_gpu_launch_templates_give_pods_no_instance_metadata_and_clusters_standard_support():
+    xr, classes = example("eks")
+    out = converge(xr, classes, World(capacity_reservations={RESERVATION: MATCHING}))
+    lt = out.resources["launch-template-gpu-h200"].body["spec"]["forProvider"]
+    assert lt["metadataOptions"] == {"httpTokens": "required", "httpPutResponseHopLimit": 1}
+    cluster = out.resources["cluster"].body["spec"]["forProvider"]
+    assert cluster["upgradePolicy"] == {"supportType": "STANDARD"}
+
+
+# --- scale from zero, load balancers ----------------------------------------------------------
+
+
+def test_a_dra_pool_at_zero_keeps_one_node_and_says_so():
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["nodePools"][0].update(minNodeCount=0, nodeCount=0)
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    spec = out.resources["nodegroup-gpu-l4"].body["spec"]
+    assert spec["forProvider"]["scalingConfig"] == {"minSize": 1, "maxSize": 4}
+    assert spec["initProvider"] == {"scalingConfig": {"desiredSize": 1}}
+    warnings = [r.message for r in out.results if r.reason == "ScaleFromZeroUnsupported"]
+    assert len(warnings) == 1 and "pool 'gpu-l4'" in warnings[0]
+    # A pool whose class claims nothing through DRA may still sit at zero.
+    plain = copy.deepcopy(classes)
+    for c in plain:
+        for device in c["spec"]["devices"]:
+            device["claim"] = "Synthetic"
+    out = compose_cluster(xr, all_classes(plain), Observed())
+    assert out.resources["nodegroup-gpu-l4"].body["spec"]["forProvider"]["scalingConfig"] == {
+        "minSize": 0,
+        "maxSize": 4,
+    }
+
+
+def test_the_network_outlives_the_stack_so_load_balancers_go_first():
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes)
+    usages = {
+        (u.body["spec"]["of"]["kind"], u.body["spec"]["of"]["resourceRef"]["name"])
+        for k, u in out.resources.items()
+        if k.startswith("usage-") and u.body["spec"]["by"]["kind"] == "ClusterAuth"
+    }
+    for key in ("internet-gateway", "subnet-public-us-west-2a", "subnet-private-us-west-2b"):
+        body = out.resources[key].body
+        assert (body["kind"], body["metadata"]["name"]) in usages, key
+
+
+def test_an_upgrade_in_flight_finishes_even_if_the_version_is_lowered_again():
+    xr, raised, classes, out = at_and_raised("1.34", "1.35")
+    started = compose_cluster(raised, all_classes(classes), reported(out))
+    assert versions(started)["cluster"] == "1.35"
+    # EKS is still updating: the cluster reports 1.34 while its spec asks 1.35.
+    seen = reported(started)
+    seen.resources["cluster"].body["status"]["atProvider"]["version"] = "1.34"
+    back = compose_cluster(xr, all_classes(classes), seen)
+    assert versions(back)["cluster"] == "1.35"

@@ -1,10 +1,14 @@
-"""The GKE renderer: the project from the ProviderConfig, node pools sized in totals, shapes."""
+"""The GKE renderer: the project from the ProviderConfig, the cluster's own identity, DRA node
+pools with the COS driver installer, pools sized as GKE counts nodes, upgrades, shapes."""
 
 import copy
+from pathlib import Path
 
 import pytest
 
-from function import clusters
+from function import clusters, names
+from function.clusters import gke
+from function.clusters.base import Scaling
 from function.compose import compose_cluster
 from function.inputs import Inputs, Observed, resolve_classes
 from function.models import InferenceCluster
@@ -57,7 +61,7 @@ def test_until_the_provider_config_answers_the_cluster_waits_and_nothing_else_do
     # Node pools reference the cluster: they wait for it to be composed.
     assert "nodepool-gpu-l4" not in out.resources
     message = next(c for c in out.conditions if c.type == "ClusterReady").message
-    assert "cluster (the GCP project id)" in message
+    assert "cluster (the GCP project id and the node service account)" in message
     assert not [r for r in out.results if r.reason == "ProviderConfigNotFound"]
 
 
@@ -93,23 +97,178 @@ def test_a_missing_or_wrong_provider_config_is_warned_and_drops_nothing(answer):
     # Once the cluster exists, losing its ProviderConfig changes and removes nothing.
     again = compose_cluster(xr, required(classes, answer), reported(converged))
     assert set(again.resources) == set(converged.resources)
-    for key in ("cluster", "provider-config-helm", "provider-config-kubernetes"):
-        assert again.resources[key].body == converged.resources[key].body, key
+    for key, desired in converged.resources.items():
+        assert again.resources[key].body == desired.body, key
 
 
-def test_provider_configs_authenticate_with_the_gcp_credentials_secret():
-    _, _, out = converge()
+ACCESS_IDENTITY = {
+    "type": "GoogleApplicationCredentials",
+    "source": "Secret",
+    "secretRef": {
+        "namespace": "modelplane-system",
+        "name": names.child_name("gke-us-central", "gcp-access-key"),
+        # provider-upjet-gcp writes a ServiceAccountKey's decoded JSON key under private_key.
+        "key": "private_key",
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        {"source": "Secret", "secretRef": {"namespace": "x", "name": "gcp", "key": "k.json"}},
+        {"source": "InjectedIdentity"},
+        {"source": "ImpersonateServiceAccount", "impersonateServiceAccount": {"name": "sa@p"}},
+    ],
+    ids=["secret", "injected-identity", "impersonation"],
+)
+def test_provider_configs_reach_the_cluster_with_its_own_key_whatever_the_gcp_credentials(
+    credentials,
+):
+    xr, classes = example("gke")
+    configs = provider_configs("gke")
+    configs[0]["spec"]["credentials"] = credentials
+    out = sim.converge(xr, required(classes, configs))
     for key in ("provider-config-helm", "provider-config-kubernetes"):
-        identity = out.resources[key].body["spec"]["identity"]
-        assert identity == {
-            "type": "GoogleApplicationCredentials",
-            "source": "Secret",
-            "secretRef": {
-                "namespace": "crossplane-system",
-                "name": "gcp-credentials",
-                "key": "credentials.json",
-            },
+        assert out.resources[key].body["spec"]["identity"] == ACCESS_IDENTITY
+    assert not [r for r in out.results if r.reason == "UnsupportedIdentity"]
+    account = out.resources["access-service-account"].body["metadata"]["name"]
+    assert 6 <= len(account) <= 30 and account[0].isalpha()
+    key = out.resources["access-key"].body["spec"]
+    assert key["writeConnectionSecretToRef"] == {"name": ACCESS_IDENTITY["secretRef"]["name"]}
+    assert key["forProvider"] == {
+        "serviceAccountIdRef": {"name": account},
+        "privateKeyType": "TYPE_GOOGLE_CREDENTIALS_FILE",
+    }
+    grant = out.resources["access-iam-member-0"].body["spec"]["forProvider"]
+    assert grant == {
+        "project": "modelplane-demo",
+        "role": "roles/container.admin",
+        "member": f"serviceAccount:{account}@modelplane-demo.iam.gserviceaccount.com",
+    }
+
+
+@pytest.mark.parametrize("missing", ["cluster", "access-key", "access-iam-member-0"])
+def test_provider_configs_wait_for_the_cluster_the_key_and_its_grant(missing):
+    xr, classes, converged = converge()
+    req = required(classes, provider_configs("gke"))
+    first = compose_cluster(xr, req, Observed())
+    second = compose_cluster(xr, req, reported(first))
+    third = compose_cluster(xr, req, reported(second, drop_status=(missing,)))
+    assert "provider-config-kubernetes" not in third.resources
+    # Once there, they stay whatever is lost.
+    again = compose_cluster(xr, req, reported(converged, drop_status=(missing,)))
+    assert again.resources["provider-config-helm"].body == (
+        converged.resources["provider-config-helm"].body
+    )
+
+
+def test_provider_configs_made_with_another_identity_keep_it_until_the_key_is_ready():
+    xr, classes, converged = converge()
+    req = required(classes, provider_configs("gke"))
+    older = reported(converged, drop_status=("access-key",))
+    old = {"type": "GoogleApplicationCredentials", "source": "Secret"}
+    old["secretRef"] = {"namespace": "crossplane-system", "name": "gcp", "key": "k.json"}
+    for key in ("provider-config-helm", "provider-config-kubernetes"):
+        older.resources[key].body["spec"]["identity"] = old
+    again = compose_cluster(xr, req, older)
+    assert again.resources["provider-config-helm"].body["spec"]["identity"] == old
+    done = compose_cluster(xr, req, reported(again))
+    assert done.resources["provider-config-helm"].body["spec"]["identity"] == ACCESS_IDENTITY
+
+
+def test_the_key_outlives_the_stack_and_the_cluster_and_grant_outlive_the_key():
+    _, _, out = converge()
+    usages = {k for k in out.resources if k.startswith("usage-")}
+    assert "usage-access-key-by-release-cert-manager" in usages
+    assert {"usage-cluster-by-access-key", "usage-access-iam-member-0-by-access-key"} <= usages
+    assert not [u for u in usages if u.startswith("usage-cluster-by-release")]
+
+
+def test_nodes_run_as_a_least_privilege_service_account_of_their_own():
+    _, _, out = converge()
+    account = out.resources["node-service-account"].body
+    email = f"{account['metadata']['name']}@modelplane-demo.iam.gserviceaccount.com"
+    roles = sorted(
+        r.body["spec"]["forProvider"]["role"] for k, r in out.resources.items() if "node-iam" in k
+    )
+    assert roles == ["roles/artifactregistry.reader", "roles/container.defaultNodeServiceAccount"]
+    # Immutable: given at creation only, so a cluster or pool composed before keeps its own.
+    for key in ("cluster", "system-nodepool", "nodepool-gpu-l4", "nodepool-gpu-h100"):
+        spec = out.resources[key].body["spec"]
+        assert spec["initProvider"]["nodeConfig"] == {"serviceAccount": email}, key
+        assert "serviceAccount" not in spec["forProvider"].get("nodeConfig", {}), key
+
+
+def test_the_cluster_waits_for_its_node_service_account():
+    xr, classes = example("gke")
+    req = required(classes, provider_configs("gke"))
+    first = compose_cluster(xr, req, Observed())
+    assert "cluster" not in first.resources
+    assert "node-service-account" in first.resources
+    second = compose_cluster(xr, req, reported(first))
+    assert "cluster" in second.resources
+
+
+def test_the_filestore_api_is_enabled_and_never_disabled_and_the_cache_waits_for_it():
+    xr, classes, converged = converge()
+    api = converged.resources["filestore-api"].body["spec"]["forProvider"]
+    assert api == {
+        "project": "modelplane-demo",
+        "service": "file.googleapis.com",
+        "disableOnDestroy": False,
+        "disableDependentServices": False,
+    }
+    storage = converged.resources["storage-class-rwx"].body["spec"]["forProvider"]["manifest"]
+    assert storage["parameters"]["tier"] == "zonal"
+    without = copy.deepcopy(converged)
+    del without.resources["storage-class-rwx"]
+    req = required(classes, provider_configs("gke"))
+    again = compose_cluster(xr, req, reported(without, drop_status=("filestore-api",)))
+    assert "storage-class-rwx" not in again.resources
+    assert "Filestore API" in next(c for c in again.conditions if c.type == "ClusterReady").message
+
+
+def test_gpu_pools_follow_gkes_dra_guide():
+    _, _, out = converge()
+    for key in ("nodepool-gpu-l4", "nodepool-gpu-h100"):
+        config = out.resources[key].body["spec"]["forProvider"]["nodeConfig"]
+        (accelerator,) = config["guestAccelerator"]
+        assert accelerator["gpuDriverInstallationConfig"] == {
+            "gpuDriverVersion": "INSTALLATION_DISABLED"
         }
+        assert config["labels"]["gke-no-default-nvidia-gpu-device-plugin"] == "true"
+        assert "cloud.google.com/gke-nvidia-gpu-dra-driver" not in config["labels"]
+        assert config["gvnic"] == {"enabled": True}
+    system = out.resources["system-nodepool"].body["spec"]["forProvider"]["nodeConfig"]
+    assert "guestAccelerator" not in system and "gvnic" not in system
+
+
+SHARED_INSTALLER = (
+    Path(__file__).parents[2].parent
+    / "shared/charts/manifests/gke-nvidia-driver-installer-cos/daemonset-preloaded.yaml"
+)
+
+
+def test_the_cos_driver_installer_is_the_documented_daemonset_tolerating_the_gpu_taint():
+    assert gke.DRIVER_INSTALLER.read_bytes() == SHARED_INSTALLER.read_bytes()
+    _, _, out = converge()
+    installer = out.resources["nvidia-driver-installer"].body["spec"]
+    manifest = installer["forProvider"]["manifest"]
+    assert (manifest["kind"], manifest["metadata"]["namespace"]) == ("DaemonSet", "kube-system")
+    tolerations = manifest["spec"]["template"]["spec"]["tolerations"]
+    assert {"operator": "Exists"} in tolerations
+    assert installer["readiness"] == {"policy": "DeriveFromCelQuery", "celQuery": gke.INSTALLED}
+    # Installed with the cluster and gone with it.
+    assert installer["managementPolicies"] == ["Observe", "Create", "Update"]
+
+
+def test_the_cluster_is_not_ready_until_the_driver_is_installed():
+    xr, classes, converged = converge()
+    req = required(classes, provider_configs("gke"))
+    again = compose_cluster(xr, req, reported(converged, drop_status=("nvidia-driver-installer",)))
+    ready = next(c for c in again.conditions if c.type == "ClusterReady")
+    assert not ready.status and "nvidia-driver-installer" in ready.message
 
 
 def test_provider_configs_wait_for_the_cluster_to_be_ready():
@@ -122,29 +281,158 @@ def test_provider_configs_wait_for_the_cluster_to_be_ready():
     assert "provider-config-kubernetes" in third.resources
 
 
-def test_node_pools_are_sized_in_totals_over_their_zones():
+def test_node_pools_are_sized_as_gke_counts_nodes():
     _, _, out = converge()
     l4 = out.resources["nodepool-gpu-l4"].body["spec"]
+    # Autoscaling limits are totals; the first nodes are per zone, within the maximum.
     assert l4["forProvider"]["autoscaling"] == {
         "totalMinNodeCount": 1,
         "totalMaxNodeCount": 4,
         "locationPolicy": "ANY",
     }
     assert l4["forProvider"]["nodeLocations"] == ["us-central1-a", "us-central1-c"]
-    assert l4["initProvider"] == {"initialNodeCount": 1}
+    assert l4["initProvider"]["initialNodeCount"] == 1
+    # A fixed pool is a node count per zone, exactly the spec's.
+    h100 = out.resources["nodepool-gpu-h100"].body["spec"]
+    assert h100["forProvider"]["nodeLocations"] == ["us-central1-a"]
+    assert h100["forProvider"]["nodeCount"] == 1
+    assert "autoscaling" not in h100["forProvider"]
+    assert "initialNodeCount" not in h100["initProvider"]
     config = l4["forProvider"]["nodeConfig"]
-    assert config["guestAccelerator"] == [
-        {
-            "type": "nvidia-l4",
-            "count": 1,
-            "gpuDriverInstallationConfig": {"gpuDriverVersion": "DEFAULT"},
-        }
-    ]
     assert config["labels"]["modelplane.ai/pool"] == "gpu-l4"
     # Exactly GKE's own GPU taint, so the node never carries two.
     assert config["taint"] == [
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
     ]
+    status = {p["name"]: p["nodes"] for p in out.status["gpuPools"]}
+    assert status == {"gpu-l4": 4, "gpu-h100": 1}
+
+
+@pytest.mark.parametrize(
+    ("zones", "count", "locations", "per_zone"),
+    [
+        (["a", "b"], 1, ["a"], 1),
+        (["a", "b"], 2, ["a", "b"], 1),
+        (["a", "b", "c"], 4, ["a", "b"], 2),
+        (["a", "b", "c"], 6, ["a", "b", "c"], 2),
+        (["a", "b"], 3, ["a"], 3),
+        (["a", "b"], 0, ["a", "b"], 0),
+    ],
+)
+def test_a_fixed_pool_has_exactly_its_nodes(zones, count, locations, per_zone):
+    xr, classes = example("gke")
+    pool = xr["spec"]["nodePools"][1]
+    pool["zones"] = [f"us-central1-{z}" for z in zones]
+    pool["nodeCount"] = count
+    out = sim.converge(xr, required(classes, provider_configs("gke")))
+    spec = out.resources["nodepool-gpu-h100"].body["spec"]["forProvider"]
+    assert spec["nodeLocations"] == [f"us-central1-{z}" for z in locations]
+    assert spec["nodeCount"] * len(spec["nodeLocations"]) == count
+    assert spec["nodeCount"] == per_zone
+    narrowed = [r.message for r in out.results if r.reason == "PoolZonesNarrowed"]
+    assert bool(narrowed) == (len(locations) < len(zones))
+
+
+@pytest.mark.parametrize(
+    ("size", "zones", "per_zone"),
+    [
+        (Scaling(1, 4, 1, True), 2, 1),
+        (Scaling(0, 1, 1, True), 2, 0),
+        (Scaling(2, 5, 3, True), 2, 2),
+        (Scaling(0, 2, 0, True), 3, 0),
+        (Scaling(1, 3, 1, True), 3, 1),
+    ],
+)
+def test_the_first_nodes_never_exceed_the_maximum(size, zones, per_zone):
+    assert gke.initial_per_zone(size, zones) == per_zone
+    assert per_zone * zones <= size.maximum
+
+
+def raised(version: str):
+    """The converged gke example with spec.cluster.gke.kubernetesVersion raised."""
+    xr, classes = example("gke")
+    xr["spec"]["cluster"]["gke"]["kubernetesVersion"] = version
+    return xr, required(classes, provider_configs("gke"))
+
+
+def changes(before, after) -> dict[str, dict]:
+    """key -> the forProvider of each resource whose body changed."""
+    assert set(before.resources) == set(after.resources)
+    return {
+        k: after.resources[k].body["spec"]["forProvider"]
+        for k in before.resources
+        if before.resources[k].body != after.resources[k].body
+    }
+
+
+def test_raising_the_version_moves_the_control_plane_first_then_every_pool():
+    _, _, converged = converge()
+    xr, req = raised("1.36")
+    first = compose_cluster(xr, req, reported(converged))
+    changed = changes(converged, first)
+    assert set(changed) == {"cluster"}
+    before = converged.resources["cluster"].body["spec"]["forProvider"]
+    assert {k for k in changed["cluster"] if changed["cluster"][k] != before[k]} == {
+        "minMasterVersion"
+    }
+    assert changed["cluster"]["minMasterVersion"] == "1.36"
+    # The provider reports the upgraded control plane: the pools follow it, and nothing else.
+    second = compose_cluster(xr, req, reported(first))
+    changed = changes(first, second)
+    assert set(changed) == {"system-nodepool", "nodepool-gpu-l4", "nodepool-gpu-h100"}
+    for key, spec in changed.items():
+        old = first.resources[key].body["spec"]["forProvider"]
+        assert {k for k in spec if spec[k] != old.get(k)} == {"version"}, key
+        assert spec["version"] == "1.36.4-gke.1"
+    third = compose_cluster(xr, req, reported(second))
+    assert changes(second, third) == {}
+
+
+def test_the_control_plane_moves_one_minor_version_at_a_time():
+    _, _, converged = converge()
+    xr, req = raised("1.37")
+    first = compose_cluster(xr, req, reported(converged))
+    assert first.resources["cluster"].body["spec"]["forProvider"]["minMasterVersion"] == "1.36"
+    assert any(r.reason == "UpgradingStepwise" for r in first.results)
+    second = compose_cluster(xr, req, reported(first))
+    assert second.resources["cluster"].body["spec"]["forProvider"]["minMasterVersion"] == "1.37"
+    assert second.resources["nodepool-gpu-l4"].body["spec"]["forProvider"]["version"] == (
+        "1.36.4-gke.1"
+    )
+
+
+def test_the_step_holds_while_the_control_plane_version_is_not_observed():
+    _, _, converged = converge()
+    xr, req = raised("1.38")
+    first = compose_cluster(xr, req, reported(converged))
+    blind = compose_cluster(xr, req, reported(first, drop_status=("cluster",)))
+    assert blind.resources["cluster"].body["spec"]["forProvider"]["minMasterVersion"] == "1.36"
+
+
+@pytest.mark.parametrize("version", ["latest", "1.36.2-gke.1000"])
+def test_a_version_gke_names_otherwise_goes_to_the_control_plane_as_given(version):
+    _, _, converged = converge()
+    xr, req = raised(version)
+    out = compose_cluster(xr, req, reported(converged))
+    assert out.resources["cluster"].body["spec"]["forProvider"]["minMasterVersion"] == version
+    assert not [r for r in out.results if r.reason in ("UpgradingStepwise", "VersionDowngrade")]
+
+
+def test_a_lower_version_is_warned_and_changes_no_pool():
+    _, _, converged = converge()
+    xr, req = raised("1.34")
+    out = compose_cluster(xr, req, reported(converged))
+    assert any(r.reason == "VersionDowngrade" for r in out.results)
+    for key in ("system-nodepool", "nodepool-gpu-l4"):
+        assert out.resources[key].body == converged.resources[key].body
+
+
+def test_pools_keep_their_version_while_the_control_plane_is_not_observed():
+    xr, classes, converged = converge()
+    req = required(classes, provider_configs("gke"))
+    again = compose_cluster(xr, req, reported(converged, drop_status=("cluster",)))
+    for key in ("system-nodepool", "nodepool-gpu-l4", "nodepool-gpu-h100"):
+        assert again.resources[key].body == converged.resources[key].body
 
 
 @pytest.mark.parametrize(
@@ -181,11 +469,15 @@ def test_shape_warnings(change, expected):
     assert any(expected in w and "pool 'gpu-l4'" in w for w in warnings), warnings
 
 
-def test_a_pool_without_zones_is_warned_and_spread_over_three():
+def test_a_pool_without_zones_is_warned_and_held_at_its_size_in_totals():
     xr, classes = example("gke")
-    xr["spec"]["nodePools"][0].pop("zones")
-    out = compose_cluster(xr, required(classes, provider_configs("gke")), Observed())
+    xr["spec"]["nodePools"][1].pop("zones")
+    out = sim.converge(xr, required(classes, provider_configs("gke")))
     assert any(r.reason == "PoolWithoutZones" for r in out.results)
+    spec = out.resources["nodepool-gpu-h100"].body["spec"]
+    assert "nodeLocations" not in spec["forProvider"]
+    assert spec["forProvider"]["autoscaling"]["totalMaxNodeCount"] == 1
+    assert spec["initProvider"]["initialNodeCount"] == 1
 
 
 def test_the_dra_driver_is_told_where_gke_puts_the_nvidia_driver():
@@ -194,3 +486,7 @@ def test_the_dra_driver_is_told_where_gke_puts_the_nvidia_driver():
     req = required(classes, provider_configs("gke"))
     facts = clusters.RENDERERS["GKE"](Inputs(model, resolve_classes(model, req), Observed(), req))
     assert facts.nvidia_driver_root == "/home/kubernetes/bin/nvidia"
+    # What the stack's DRA driver is to wait for: the installer, one of the composed resources.
+    assert facts.nvidia_driver_installers == ("nvidia-driver-installer",)
+    _, _, out = converge()
+    assert set(facts.nvidia_driver_installers) <= set(out.resources)

@@ -4,6 +4,7 @@ import copy
 
 import pytest
 
+from function import kube, serving
 from function.compose import compose_cluster
 from function.serving import GATEWAY_SCHEMA, GATEWAYS, gateway
 from function.serving.components import COMPONENTS, DYNAMO, STANDARD
@@ -81,7 +82,7 @@ def test_a_component_waits_for_what_it_needs_and_is_then_never_dropped():
     assert "release-cert-manager" in second.resources
     assert "gateway-selfsigned-issuer" not in second.resources  # cert-manager not Ready yet
     message = condition(second, "BackendReady").message
-    assert "gateway-ca-certificate (gateway-selfsigned-issuer)" in message
+    assert message.startswith("waiting for ") and "gateway-ca-certificate" not in second.resources
     _, _, out = converged()
     # cert-manager loses Ready: what came after it stays, unchanged.
     lost = compose_cluster(xr, req, reported(out, drop_status=("release-cert-manager",)), INSTALLED)
@@ -238,3 +239,82 @@ def _gke():
     req = all_classes(classes)
     req["cloud-provider-config"] = provider_configs("gke")
     return xr, req, World(), NOT_INSTALLED
+
+
+# --- what the real charts need (tests/test_charts.py renders them) --------------------------------
+
+
+def test_every_release_retries_a_failed_install():
+    _, _, out = converged()
+    releases = [d.body for d in out.resources.values() if d.body["kind"] == "Release"]
+    assert releases
+    for release in releases:
+        assert release["spec"]["rollbackLimit"] == kube.RELEASE_RETRIES, release["metadata"]
+
+
+def test_envoy_gateway_installs_after_the_inferencepool_crd_and_its_grant_to_read_them():
+    by_key = {c.key: c for c in COMPONENTS}
+    assert set(by_key["envoy-gateway"].after) == {
+        "gaie-crd-inferencepools",
+        "envoy-gateway-inferencepool-reader-binding",
+    }
+    _, _, out = converged()
+    role = out.resources["envoy-gateway-inferencepool-reader"].body["spec"]["forProvider"]
+    binding = out.resources["envoy-gateway-inferencepool-reader-binding"].body["spec"]
+    assert role["manifest"]["rules"] == [
+        {
+            "apiGroups": ["inference.networking.k8s.io"],
+            "resources": ["inferencepools"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    assert binding["forProvider"]["manifest"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "envoy-gateway", "namespace": "envoy-gateway-system"}
+    ]
+
+
+def test_trust_manager_installs_once_its_trust_namespace_exists():
+    by_key = {c.key: c for c in COMPONENTS}
+    assert "gateway-namespace" in by_key["trust-manager"].after
+    _, _, out = converged()
+    values = out.resources["release-trust-manager"].body["spec"]["forProvider"]["values"]
+    namespace = out.resources["gateway-namespace"].body["spec"]["forProvider"]["manifest"]
+    assert values["app"]["trust"]["namespace"] == namespace["metadata"]["name"]
+
+
+def test_nfd_labels_gpus_by_vendor_and_grove_gangs_through_kai():
+    _, _, standard = converged()
+    nfd = standard.resources["release-node-feature-discovery"].body["spec"]["forProvider"]
+    assert nfd["values"]["worker"]["config"]["sources"]["pci"]["deviceLabelFields"] == ["vendor"]
+    _, _, dynamo = converged(stack=DYNAMO)
+    grove = dynamo.resources["release-grove"].body["spec"]["forProvider"]["values"]
+    assert grove["config"]["scheduler"]["defaultProfileName"] == "kai-scheduler"
+    assert "release-kai-scheduler" in dynamo.resources
+
+
+def _plugin_on(out, nodes: int):
+    observed = reported(out)
+    plugin = observed.resources["dra-kubelet-plugin"].body
+    plugin["status"]["atProvider"]["manifest"]["status"]["desiredNumberScheduled"] = nodes
+    return observed
+
+
+def test_an_existing_cluster_without_labelled_gpu_nodes_is_warned():
+    xr, classes, out = converged()
+    req = required(classes, [inference_gateway("fleet-a")])
+    assert out.resources["dra-kubelet-plugin"].body["spec"]["managementPolicies"] == ["Observe"]
+    assert [r for r in out.results if r.reason == "NoGPUNodes"] == []
+    again = compose_cluster(xr, req, _plugin_on(out, 0), INSTALLED)
+    [warning] = [r for r in again.results if r.reason == "NoGPUNodes"]
+    assert warning.severity == "Warning"
+    assert "feature.node.kubernetes.io/pci-10de.present=true" in warning.message
+    assert set(again.resources) == set(out.resources)
+    fine = compose_cluster(xr, req, _plugin_on(out, 3), INSTALLED)
+    assert [r for r in fine.results if r.reason == "NoGPUNodes"] == []
+
+
+def test_only_existing_clusters_observe_where_the_plugin_runs():
+    existing_keys = {c.key for c in serving.components(STANDARD, "Existing")}
+    assert "dra-kubelet-plugin" in existing_keys
+    for source in ("GKE", "EKS", "AKS", "Nebius", "Vultr"):
+        assert "dra-kubelet-plugin" not in {c.key for c in serving.components(STANDARD, source)}

@@ -1,0 +1,247 @@
+"""Every Release the function composes, against the real chart it names (tests/charts.py).
+
+- The chart exists as its repository publishes it, at exactly the version the Release names
+  (provider-helm compares that string with the installed chart's version).
+- Every value the function sets is one the chart reads: in values.yaml, its schema, or a template.
+- `helm template` renders it with the Release's own values, and every manifest it installs
+  validates: core kinds against the Kubernetes schema (strict), the rest against the chart's own
+  CRDs and ../shared/crds/workload.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from function import names
+from function.serving.components import COMPONENTS
+from tests import charts, nodes
+from tests.conftest import crds_dir
+from tests.validation import validate_manifests
+
+EXAMPLES = charts.converged_examples()
+
+
+def distinct_releases() -> dict[str, list[dict]]:
+    """Each chart's distinct Releases (by values) over every example, by chart name."""
+    found: dict[str, dict[str, dict]] = {}
+    for example in EXAMPLES:
+        for release in charts.releases(example):
+            spec = release["spec"]["forProvider"]
+            key = json.dumps([charts.release_name(release), spec], sort_keys=True)
+            found.setdefault(charts.chart_of(release)["name"], {})[key] = release
+    return {name: list(by_key.values()) for name, by_key in sorted(found.items())}
+
+
+RELEASES = distinct_releases()
+CHECKED = sorted(name for name in RELEASES if name not in charts.UNCHECKED)
+
+
+def test_every_example_converges_with_releases():
+    assert len(EXAMPLES) >= 10, EXAMPLES
+    assert all(charts.releases(e) for e in EXAMPLES)
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_release_names_a_published_chart_at_its_exact_version(example):
+    for release in charts.releases(example):
+        if not charts.checked(release):
+            continue
+        chart = charts.chart_of(release)
+        assert charts.chart_path(chart["name"], chart["version"]), (
+            f"{charts.release_name(release)}: no chart {chart['name']} at version "
+            f"{chart['version']!r} in {charts.charts_dir()}"
+        )
+
+
+@pytest.mark.parametrize("chart", CHECKED)
+def test_every_value_the_function_sets_is_read_by_its_chart(chart):
+    for release in RELEASES[chart]:
+        version = charts.chart_of(release)["version"]
+        path = charts.chart_path(chart, version)
+        values = release["spec"]["forProvider"].get("values") or {}
+        ignored = [".".join(p) for p in charts.leaf_paths(values) if not charts.reads(path, p)]
+        assert ignored == [], f"{chart} {version} never reads {ignored}"
+
+
+def test_an_ignored_value_is_caught():
+    """The check itself: values network-operator 26.4.0 no longer reads are refused."""
+    path = charts.chart_path("network-operator", "26.4.0")
+    assert not charts.reads(path, ("deployCR",))
+    assert not charts.reads(path, ("ofedDriver", "deploy"))
+    assert charts.reads(path, ("operator", "tolerations"))
+    dra = charts.chart_path("nvidia-dra-driver-gpu", "25.12.0")
+    assert charts.reads(dra, ("kubeletPlugin", "tolerations"))
+    assert not charts.reads(dra, ("kubeletPlugin", "tolerationz"))
+
+
+@pytest.fixture(scope="module")
+def chart_crds(tmp_path_factory) -> Path:
+    """Every CRD the charts install, in one file: a chart's custom resources may be of a kind
+    another chart of the stack defines (network-operator's NodeFeatureRules are NFD's)."""
+    crds = {
+        m["metadata"]["name"]: m
+        for name in CHECKED
+        for release in RELEASES[name]
+        for m in charts.template(release)
+        if m["kind"] == "CustomResourceDefinition"
+    }
+    path = tmp_path_factory.mktemp("chart-crds") / "crds.json"
+    path.write_text("\n---\n".join(json.dumps(crds[k]) for k in sorted(crds)) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("chart", CHECKED)
+def test_every_release_renders_and_validates(
+    chart, crossplane, validate_cache, chart_crds, tmp_path
+):
+    manifests = [m for release in RELEASES[chart] for m in charts.template(release)]
+    assert manifests, chart
+    extensions = [crds_dir() / "workload", chart_crds]
+    count, _ = validate_manifests(crossplane, validate_cache, manifests, tmp_path, extensions)
+    assert count >= 1
+
+
+# --- where the GPU DaemonSets land ------------------------------------------------------------------
+
+# DaemonSets that must run on every GPU node, by (chart, DaemonSet name in the rendered chart):
+# the NFD worker labels the node, the DRA kubelet plugin publishes its GPUs, DRANET its EFA devices.
+GPU_DAEMONSETS = {
+    "node-feature-discovery": "mp-node-feature-discovery-worker",
+    "nvidia-dra-driver-gpu": "nvidia-dra-driver-gpu-kubelet-plugin",
+}
+
+
+def daemonset_specs(manifests, name: str) -> dict:
+    [ds] = [m for m in manifests if m["kind"] == "DaemonSet" and m["metadata"]["name"] == name]
+    return ds["spec"]["template"]["spec"]
+
+
+def existing_gpu_nodes(example: str) -> list[nodes.Node]:
+    """An Existing cluster's GPU node as the README asks the operator to prepare it."""
+    [xr] = [d for d in charts.converged(example) if d["kind"] == "InferenceCluster"]
+    return [
+        nodes.Node(
+            pool=p["name"],
+            labels={"modelplane.ai/pool": p["name"]},
+            taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+        )
+        for p in xr["spec"]["nodePools"]
+    ]
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_gpu_daemonsets_run_on_every_gpu_node(example):
+    docs = charts.converged(example)
+    gpu = nodes.gpu_nodes(docs) or existing_gpu_nodes(example)
+    assert gpu, f"{example} has no GPU node"
+    rendered = {
+        charts.chart_of(r)["name"]: charts.template(r)
+        for r in charts.releases(example)
+        if charts.checked(r)
+    }
+    nfd = rendered["node-feature-discovery"]
+    config = nodes.nfd_worker_config(nfd)
+    worker = daemonset_specs(nfd, GPU_DAEMONSETS["node-feature-discovery"])
+    for node in gpu:
+        # The NFD worker must land first: the labels below are its work.
+        assert nodes.why_not(worker, node) is None, (node.pool, nodes.why_not(worker, node))
+        node.labels |= nodes.nfd_labels(config, [nodes.NVIDIA_GPU])
+        for chart, name in GPU_DAEMONSETS.items():
+            spec = daemonset_specs(rendered[chart], name)
+            assert nodes.why_not(spec, node) is None, (chart, node.pool, nodes.why_not(spec, node))
+
+
+def test_the_dra_plugin_would_miss_gpu_nodes_under_nfd_defaults():
+    """The check itself: NFD's default label fields (class, vendor) give pci-0302_10de, which the
+    DRA kubelet plugin's affinity does not take."""
+    [release] = [
+        r
+        for r in charts.releases("existing")
+        if charts.chart_of(r)["name"] == "nvidia-dra-driver-gpu"
+    ]
+    plugin = daemonset_specs(charts.template(release), GPU_DAEMONSETS["nvidia-dra-driver-gpu"])
+    node = nodes.Node(
+        "gpu", {}, [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    )
+    node.labels |= nodes.nfd_labels({}, [nodes.NVIDIA_GPU])
+    assert node.labels == {"feature.node.kubernetes.io/pci-0302_10de.present": "true"}
+    assert "required node affinity" in nodes.why_not(plugin, node)
+
+
+# --- what Envoy Gateway may read -------------------------------------------------------------------
+
+ENVOY_GATEWAY_SA = ("envoy-gateway", "envoy-gateway-system")
+
+
+def _grants(docs, subject: tuple[str, str]) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) the ClusterRoles bound to the ServiceAccount allow."""
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    bound = [
+        d["roleRef"]["name"]
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding"
+        and any(
+            (s["kind"], s["name"], s.get("namespace")) == ("ServiceAccount", *subject)
+            for s in d.get("subjects") or []
+        )
+    ]
+    grants = set()
+    for name in bound:
+        for rule in roles.get(name, {}).get("rules", []):
+            for group in rule.get("apiGroups", []):
+                for resource in rule.get("resources", []):
+                    grants |= {(group, resource, verb) for verb in rule.get("verbs", [])}
+    return grants
+
+
+def manifests_before(docs, component: str) -> list[dict]:
+    """The manifests of the Objects a component comes after, all the way down: what is on the
+    cluster before it is first created."""
+    by_key = {c.key: c for c in COMPONENTS}
+    [xr] = [d["metadata"]["name"] for d in docs if d["kind"] == "InferenceCluster"]
+    todo, keys = list(by_key[component].after), set()
+    while todo:
+        key = todo.pop()
+        if key not in keys:
+            keys.add(key)
+            todo += by_key[key].after
+    objects = {names.child_name(xr, k) for k in keys if not by_key[k].chart}
+    return [
+        d["spec"]["forProvider"]["manifest"]
+        for d in docs
+        if d["kind"] == "Object" and d["metadata"]["name"] in objects
+    ]
+
+
+def _backend_resources(values: dict) -> list[tuple[str, str]]:
+    """(group, plural) of the backendResources Envoy Gateway is told to watch."""
+    crds = {}
+    for path in sorted((crds_dir() / "workload").rglob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        crds[(crd["spec"]["group"], crd["spec"]["names"]["kind"])] = crd["spec"]["names"]["plural"]
+    manager = values["config"]["envoyGateway"]["extensionManager"]
+    return [(r["group"], crds[(r["group"], r["kind"])]) for r in manager["backendResources"]]
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_envoy_gateway_may_read_every_backend_resource_it_watches(example):
+    docs = charts.converged(example)
+    [release] = [
+        r for r in charts.releases(example) if charts.chart_of(r)["name"] == "gateway-helm"
+    ]
+    rendered = charts.template(release)
+    # What is on the cluster before Envoy Gateway installs: the Objects of the components it comes
+    # after (ai-gateway-helm's own grant comes later, so it cannot count).
+    before = manifests_before(docs, "envoy-gateway")
+    watched = _backend_resources(release["spec"]["forProvider"]["values"])
+    assert watched == [("inference.networking.k8s.io", "inferencepools")]
+    grants = _grants([*rendered, *before], ENVOY_GATEWAY_SA)
+    for group, resource in watched:
+        for verb in ("get", "list", "watch"):
+            assert (group, resource, verb) in grants, (example, group, resource, verb)
+    # The chart alone does not grant it: the function's grant is what makes the difference.
+    assert ("inference.networking.k8s.io", "inferencepools", "list") not in _grants(
+        rendered, ENVOY_GATEWAY_SA
+    )
