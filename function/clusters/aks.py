@@ -19,8 +19,10 @@ from function.clusters.base import (
     Pool,
     pool_labels,
     pool_version,
+    runs,
     scaling,
 )
+from function.clusters.eks_upgrade import minor, text
 from function.clusters.facts import ClusterFacts
 from function.models import AKS
 from function.serving.components import GPU_TOLERATION, RESOURCE_KEYS
@@ -97,6 +99,7 @@ class AKSCluster:
     def render(self) -> ClusterFacts:
         c = self.cloud
         pools = c.pools("AKS", "aks")
+        self.control_plane_version = self.step()
         self.network()
         self.control_plane()
         self.subnet_role()
@@ -152,7 +155,7 @@ class AKSCluster:
                 "location": self.location,
                 "resourceGroupNameRef": {"name": self.group},
                 "dnsPrefix": c.name("aks", limit=54),
-                "kubernetesVersion": self.version,
+                "kubernetesVersion": self.control_plane_version,
                 "nodeResourceGroup": f"{self.group}-nodes"[:90],
                 "identity": {"type": "SystemAssigned"},
                 "oidcIssuerEnabled": True,
@@ -187,15 +190,61 @@ class AKSCluster:
             connection_secret=names.kubeconfig_secret(c.xr),
         )
 
+    def running(self) -> str | None:
+        seen = self.cloud.observed("cluster")
+        version = seen.at_provider("currentKubernetesVersion") if seen else None
+        return version if isinstance(version, str) and version else None
+
+    def step(self) -> str:
+        """The spec's version, or the next minor on the way to it. AKS cannot skip a minor
+        version (learn.microsoft.com/azure/aks/upgrade-aks-cluster), and its pools follow each
+        step, so the next one starts once every pool asks for the version the control plane
+        runs."""
+        seen = self.cloud.observed("cluster")
+        asked = seen.get("spec", "forProvider", "kubernetesVersion") if seen else None
+        running = self.running()
+        if running is None:  # not observed: hold what the control plane was asked for
+            return asked if isinstance(asked, str) and asked else self.version
+        want, have = minor(self.version), minor(running)
+        if want is None or have is None or want <= have:
+            if want is not None and have is not None and want < have:
+                self.cloud.warn(
+                    f"spec.cluster.aks.kubernetesVersion {self.version} is older than the "
+                    f"control plane's {running}; AKS cannot downgrade a cluster, so it stays",
+                    reason="VersionDowngrade",
+                )
+            return self.version
+        if any(not runs(version, text(have)) for version in self.pool_versions()):
+            return asked if isinstance(asked, str) and runs(running, asked) else text(have)
+        step = (have[0], have[1] + 1)
+        if step == want:
+            return self.version
+        self.cloud.warn(
+            f"spec.cluster.aks.kubernetesVersion {self.version}: the control plane is at "
+            f"{running} and AKS upgrades one minor version at a time; upgrading to {text(step)} "
+            "first",
+            reason="UpgradingStepwise",
+        )
+        return text(step)
+
+    def pool_versions(self) -> list[str | None]:
+        """What the system pool and each observed agent pool run, as the provider reports it."""
+        c = self.cloud
+        seen = c.observed("cluster")
+        out = [seen.at_provider("defaultNodePool", "orchestratorVersion") if seen else None]
+        for key, pool in sorted(c.inputs.observed.resources.items()):
+            if key.startswith("nodepool-"):
+                out.append(pool.at_provider("orchestratorVersion"))
+        return out
+
     def pool_version(self, key: str, *field: str) -> str:
         """Agent pools follow the control plane: AKS upgrades a pool only to a version its
         control plane runs (learn.microsoft.com/azure/aks/upgrade-aks-cluster: the control
-        plane first, then the node pools), so a raised kubernetesVersion reaches them once the
-        cluster reports it as current."""
-        cluster, seen = self.cloud.observed("cluster"), self.cloud.observed(key)
-        running = cluster.at_provider("currentKubernetesVersion") if cluster else None
+        plane first, then the node pools), so each version the control plane is asked for
+        reaches them once the cluster reports it as current."""
+        seen = self.cloud.observed(key)
         current = seen.get("spec", "forProvider", *field) if seen else None
-        return pool_version(self.version, running, current)
+        return pool_version(self.control_plane_version, self.running(), current)
 
     def node_pool(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape

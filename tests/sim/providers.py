@@ -178,6 +178,11 @@ def _aks_cluster(body: dict, world: World) -> dict:
         "oidcIssuerUrl": f"https://oidc.example/{digest(name)}/",
         "nodeResourceGroup": _for_provider(body).get("nodeResourceGroup"),
         "kubernetesVersion": _for_provider(body).get("kubernetesVersion"),
+        "defaultNodePool": {
+            "orchestratorVersion": _for_provider(body)
+            .get("defaultNodePool", {})
+            .get("orchestratorVersion")
+        },
         # AKS picks the newest GA patch of a minor alias.
         "currentKubernetesVersion": _patch(_for_provider(body).get("kubernetesVersion", "")),
         # The system-assigned identity Azure creates with the cluster.
@@ -187,6 +192,11 @@ def _aks_cluster(body: dict, world: World) -> dict:
             "tenantId": _guid("tenant"),
         },
     }
+
+
+def _aks_node_pool(body: dict, world: World) -> dict:
+    report = _azure("Microsoft.ContainerService", "agentPools")(body, world)
+    return {**report, "orchestratorVersion": _for_provider(body).get("orchestratorVersion")}
 
 
 def _patch(version: str) -> str:
@@ -322,9 +332,7 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ),
     ("network.azure.m.upbound.io", "Subnet"): _azure("Microsoft.Network", "subnets"),
     ("containerservice.azure.m.upbound.io", "KubernetesCluster"): _aks_cluster,
-    ("containerservice.azure.m.upbound.io", "KubernetesClusterNodePool"): _azure(
-        "Microsoft.ContainerService", "agentPools"
-    ),
+    ("containerservice.azure.m.upbound.io", "KubernetesClusterNodePool"): _aks_node_pool,
     ("authorization.azure.m.upbound.io", "RoleAssignment"): _role_assignment,
     ("vpc.nebius.m.upbound.io", "Network"): _nebius("vpcnetwork"),
     ("vpc.nebius.m.upbound.io", "Subnet"): _nebius("vpcsubnet"),

@@ -2,6 +2,7 @@
 
 import copy
 import ipaddress
+import itertools
 import json
 import uuid
 
@@ -268,29 +269,60 @@ def test_azure_files_storage_class_once_reachable():
 # --- upgrades -------------------------------------------------------------------------------------
 
 
-def raise_version(xr: dict) -> None:
-    xr["spec"]["cluster"]["aks"]["kubernetesVersion"] = "1.99"
+def two_minors_up(xr: dict) -> None:
+    aks_spec = xr["spec"]["cluster"]["aks"]
+    major, minor_ = aks_spec.get("kubernetesVersion", "1.34").split(".")[:2]
+    aks_spec["kubernetesVersion"] = f"{major}.{int(minor_) + 2}"
 
 
 @pytest.mark.parametrize("name", ["aks", "aks-a10"])
-def test_raising_the_version_upgrades_the_control_plane_then_every_agent_pool(name):
+def test_raising_the_version_upgrades_the_control_plane_then_every_agent_pool_a_minor_at_a_time(
+    name,
+):
     xr, classes = example(name)
-    converged, control_plane, pools = sim.upgrade(xr, all_classes(classes), raise_version)
-    changed = {c for c in sim.changes(converged, control_plane) if not c[0].startswith("usage")}
-    # First only the control plane: AKS upgrades no pool past the version its control plane runs.
-    assert changed == {("cluster", "spec.forProvider.kubernetesVersion")}
-    assert control_plane.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"] == (
-        "1.99"
-    )
-    # Once the cluster reports 1.99.x as current, the system pool and every agent pool follow.
+    passes = sim.upgrade(xr, all_classes(classes), two_minors_up)
+    converged = passes[0]
+    start = converged.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
+    major, minor_ = start.split(".")
+    step, target = f"{major}.{int(minor_) + 1}", f"{major}.{int(minor_) + 2}"
     user_pools = {k for k in converged.resources if k.startswith("nodepool-")}
     assert user_pools
-    assert sim.changes(control_plane, pools) == {
+    control_plane = {("cluster", "spec.forProvider.kubernetesVersion")}
+    pools = {
         ("cluster", "spec.forProvider.defaultNodePool.orchestratorVersion"),
         *((k, "spec.forProvider.orchestratorVersion") for k in user_pools),
     }
+    steps = [
+        {c for c in sim.changes(a, b) if not c[0].startswith("usage")}
+        for a, b in itertools.pairwise(passes)
+    ]
+    # AKS skips no minor and upgrades no pool past its control plane: the control plane one
+    # minor, then every pool to it, then the next minor, then the pools again.
+    assert steps == [control_plane, pools, control_plane, pools]
+    versions = [p.resources["cluster"].body["spec"]["forProvider"] for p in passes]
+    assert [v["kubernetesVersion"] for v in versions] == [start, step, step, target, target]
+    assert [v["defaultNodePool"]["orchestratorVersion"] for v in versions] == [
+        start,
+        start,
+        step,
+        step,
+        target,
+    ]
+    stepwise = [r.message for r in passes[1].results if r.reason == "UpgradingStepwise"]
+    assert stepwise and f"upgrading to {step} first" in stepwise[0]
     for key in user_pools:
-        assert pools.resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == "1.99"
+        assert passes[-1].resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == (
+            target
+        )
+
+
+def test_a_lower_version_is_refused_with_a_warning():
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    lower = copy.deepcopy(xr)
+    lower["spec"]["cluster"]["aks"]["kubernetesVersion"] = "1.20"
+    again = compose_cluster(lower, all_classes(classes), sim.reported(out))
+    assert any(r.reason == "VersionDowngrade" for r in again.results)
 
 
 @pytest.mark.parametrize(
