@@ -89,6 +89,25 @@ CHARTS: dict[str, Chart] = {
 # Images the function runs itself (not through a chart).
 IMAGES: dict[str, str] = {
     "modelexpress-server": "nvcr.io/nvidia/ai-dynamo/modelexpress-server:0.5.0",
+    # AKS InfiniBand: loads nvidia-peermem (Azure/aks-rdma-infiniband, nvidia-peermem-reloader).
+    "nvidia-peermem-reloader": "mcr.microsoft.com/mirror/docker/library/ubuntu:24.04",
+}
+
+
+@dataclass(frozen=True)
+class Image:
+    repository: str
+    image: str
+    version: str
+
+
+# What the AKS NicClusterPolicy runs, at the versions network-operator 26.4.0 (CLOUD_CHARTS) ships
+# and was tested with (hack/release.yaml at v26.4.0: Mofed, RdmaSharedDevicePlugin).
+NIC_CLUSTER_POLICY_IMAGES: dict[str, Image] = {
+    "ofedDriver": Image("nvcr.io/nvidia/mellanox", "doca-driver", "doca3.4.0-26.04-0.8.6.0-0"),
+    "rdmaSharedDevicePlugin": Image(
+        "nvcr.io/nvidia/mellanox", "k8s-rdma-shared-dev-plugin", "network-operator-v26.4.0"
+    ),
 }
 
 # What a cloud installs with its cluster (the cloud half), by release key.
@@ -99,7 +118,7 @@ CLOUD_CHARTS: dict[str, Chart] = {
         version="9.57.0",
         namespace="kube-system",
     ),
-    # InfiniBand on AKS: DOCA-OFED and the RDMA shared device plugin.
+    # InfiniBand on AKS: the operator that runs the NicClusterPolicy (DOCA-OFED, RDMA plugin).
     "network-operator": Chart(
         name="network-operator",
         repository="https://helm.ngc.nvidia.com/nvidia",

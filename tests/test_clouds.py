@@ -77,7 +77,16 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
     ),
     "eks-on-demand": ("gpu-l40s", {"nodegroup-gpu-l40s"}),
     "gke": ("gpu-h100", {"nodepool-gpu-h100"}),
-    "aks": ("gpuh100", {"nodepool-gpuh100", "release-network-operator"}),
+    # The network operator, its policy and the peermem reloader go with the last InfiniBand pool.
+    "aks": (
+        "gpuh100",
+        {
+            "nodepool-gpuh100",
+            "release-network-operator",
+            "nic-cluster-policy",
+            "nvidia-peermem-reloader",
+        },
+    ),
     # The fabric's GPU cluster goes with the last pool on the fabric.
     "nebius": ("gpu-h100", {"nodegroup-gpu-h100", "gpu-cluster-fabric-2"}),
     "vultr": ("gpu-l40s", {"nodepool-gpu-l40s"}),

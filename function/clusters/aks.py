@@ -1,7 +1,14 @@
 """Source AKS: a resource group, a virtual network, the AKS cluster (Azure CNI overlay, system
-identity) and one agent pool per node pool, with InfiniBand through the NVIDIA network operator
-and Azure Files Premium for the model cache, as namespaced provider-upjet-azure resources.
+identity, Network Contributor on its subnet) and one agent pool per node pool, with InfiniBand
+through the NVIDIA network operator and Azure Files Premium for the model cache, as namespaced
+provider-upjet-azure resources.
+
+InfiniBand reaches the pods as Azure's aks-rdma-infiniband guide sets it up: the network operator,
+then its NicClusterPolicy (the DOCA-OFED driver and the RDMA shared device plugin) and the
+nvidia-peermem reloader (AKS installs the GPU driver, which does not load nvidia-peermem).
 """
+
+import uuid
 
 from function import kube, names, shapes
 from function.clusters.base import (
@@ -11,15 +18,26 @@ from function.clusters.base import (
     Cloud,
     Pool,
     pool_labels,
+    pool_version,
+    runs,
     scaling,
 )
+from function.clusters.eks_upgrade import minor, text
 from function.clusters.facts import ClusterFacts
 from function.models import AKS
-from function.versions import AKS_SYSTEM_VM_SIZE
+from function.serving.components import GPU_TOLERATION, RESOURCE_KEYS
+from function.versions import (
+    AKS_SYSTEM_VM_SIZE,
+    CLOUD_CHARTS,
+    IMAGES,
+    NIC_CLUSTER_POLICY_IMAGES,
+    Image,
+)
 
 AZURE = "azure.m.upbound.io/v1beta1"
 NETWORK = "network.azure.m.upbound.io/v1beta1"
 CONTAINERS = "containerservice.azure.m.upbound.io/v1beta1"
+AUTHORIZATION = "authorization.azure.m.upbound.io/v1beta1"
 STORAGE_CLASS = "modelplane-rwx-fs"
 # Nodes in the VNet; pods and services in overlay ranges that cannot collide with it.
 VNET_CIDR = "10.0.0.0/16"
@@ -41,6 +59,32 @@ MOUNT_OPTIONS = [
     "actimeo=30",
     "nosharesock",
 ]
+SUBNET_ROLE = "subnet-network-contributor"
+# The label the network operator finds NVIDIA NICs by (pkg/nodeinfo NodeLabelMlnxNIC), which the
+# stack's NFD sets from the chart's NodeFeatureRule (vendor 15b3, class 0200 or 0207).
+MLNX_NIC_LABEL = "feature.node.kubernetes.io/pci-15b3.present"
+# The network operator reconciles only the NicClusterPolicy of this name.
+NIC_CLUSTER_POLICY = "nic-cluster-policy"
+NIC_POLICY_READY = (
+    "has(object.status) && has(object.status.state) && object.status.state == 'ready'"
+)
+# Every reloader pod scheduled has loaded nvidia-peermem (its startup probe).
+DAEMONSET_READY = (
+    "has(object.status) && has(object.status.desiredNumberScheduled)"
+    " && has(object.status.numberReady)"
+    " && object.status.numberReady == object.status.desiredNumberScheduled"
+)
+# The RDMA shared device plugin's resource (rdma/shared_ib): every HCA of vendor 15b3 on an
+# InfiniBand link, shared by up to 63 pods a node (the guide's rdma-shared-device-plugin overlay).
+RDMA_SHARED_CONFIG = """{
+  "configList": [
+    {
+      "resourceName": "shared_ib",
+      "rdmaHcaMax": 63,
+      "selectors": {"vendors": ["15b3"], "linkTypes": ["infiniband"]}
+    }
+  ]
+}"""
 
 
 class AKSCluster:
@@ -55,14 +99,14 @@ class AKSCluster:
     def render(self) -> ClusterFacts:
         c = self.cloud
         pools = c.pools("AKS", "aks")
+        self.control_plane_version = self.step()
         self.network()
         self.control_plane()
+        self.subnet_role()
         for pool in pools:
             self.node_pool(pool)
         provider_config = c.provider_configs(c.is_ready("cluster"))
-        infiniband = [p for p in pools if p.spec.fabric and p.spec.fabric.type == "InfiniBand"]
-        if infiniband:
-            self.network_operator(provider_config)
+        self.infiniband(provider_config)
         storage_class = self.storage_class(provider_config)
         return c.facts(provider_config, storage_class)
 
@@ -111,7 +155,7 @@ class AKSCluster:
                 "location": self.location,
                 "resourceGroupNameRef": {"name": self.group},
                 "dnsPrefix": c.name("aks", limit=54),
-                "kubernetesVersion": self.version,
+                "kubernetesVersion": self.control_plane_version,
                 "nodeResourceGroup": f"{self.group}-nodes"[:90],
                 "identity": {"type": "SystemAssigned"},
                 "oidcIssuerEnabled": True,
@@ -124,6 +168,9 @@ class AKSCluster:
                     "maxCount": 3,
                     "osDiskSizeGb": 100,
                     "temporaryNameForRotation": f"{SYSTEM_POOL}tmp",
+                    "orchestratorVersion": self.pool_version(
+                        "cluster", "defaultNodePool", "orchestratorVersion"
+                    ),
                     "vnetSubnetIdRef": {"name": c.name("nodes")},
                     "nodeLabels": SYSTEM_LABELS,
                 },
@@ -143,6 +190,62 @@ class AKSCluster:
             connection_secret=names.kubeconfig_secret(c.xr),
         )
 
+    def running(self) -> str | None:
+        seen = self.cloud.observed("cluster")
+        version = seen.at_provider("currentKubernetesVersion") if seen else None
+        return version if isinstance(version, str) and version else None
+
+    def step(self) -> str:
+        """The spec's version, or the next minor on the way to it. AKS cannot skip a minor
+        version (learn.microsoft.com/azure/aks/upgrade-aks-cluster), and its pools follow each
+        step, so the next one starts once every pool asks for the version the control plane
+        runs."""
+        seen = self.cloud.observed("cluster")
+        asked = seen.get("spec", "forProvider", "kubernetesVersion") if seen else None
+        running = self.running()
+        if running is None:  # not observed: hold what the control plane was asked for
+            return asked if isinstance(asked, str) and asked else self.version
+        want, have = minor(self.version), minor(running)
+        if want is None or have is None or want <= have:
+            if want is not None and have is not None and want < have:
+                self.cloud.warn(
+                    f"spec.cluster.aks.kubernetesVersion {self.version} is older than the "
+                    f"control plane's {running}; AKS cannot downgrade a cluster, so it stays",
+                    reason="VersionDowngrade",
+                )
+            return self.version
+        if any(not runs(version, text(have)) for version in self.pool_versions()):
+            return asked if isinstance(asked, str) and runs(running, asked) else text(have)
+        step = (have[0], have[1] + 1)
+        if step == want:
+            return self.version
+        self.cloud.warn(
+            f"spec.cluster.aks.kubernetesVersion {self.version}: the control plane is at "
+            f"{running} and AKS upgrades one minor version at a time; upgrading to {text(step)} "
+            "first",
+            reason="UpgradingStepwise",
+        )
+        return text(step)
+
+    def pool_versions(self) -> list[str | None]:
+        """What the system pool and each observed agent pool run, as the provider reports it."""
+        c = self.cloud
+        seen = c.observed("cluster")
+        out = [seen.at_provider("defaultNodePool", "orchestratorVersion") if seen else None]
+        for key, pool in sorted(c.inputs.observed.resources.items()):
+            if key.startswith("nodepool-"):
+                out.append(pool.at_provider("orchestratorVersion"))
+        return out
+
+    def pool_version(self, key: str, *field: str) -> str:
+        """Agent pools follow the control plane: AKS upgrades a pool only to a version its
+        control plane runs (learn.microsoft.com/azure/aks/upgrade-aks-cluster: the control
+        plane first, then the node pools), so each version the control plane is asked for
+        reaches them once the cluster reports it as current."""
+        seen = self.cloud.observed(key)
+        current = seen.get("spec", "forProvider", *field) if seen else None
+        return pool_version(self.control_plane_version, self.running(), current)
+
     def node_pool(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape
         self.check_shape(pool)
@@ -154,7 +257,9 @@ class AKSCluster:
             "vmSize": shape.vm_size,
             "osDiskSizeGb": shape.disk_size_gb,
             "osSku": "Ubuntu",
-            "orchestratorVersion": self.version,
+            "orchestratorVersion": self.pool_version(
+                f"nodepool-{pool.name}", "orchestratorVersion"
+            ),
             "vnetSubnetIdRef": {"name": c.name("nodes")},
             # AKS installs the NVIDIA driver; the DRA driver, not a device plugin, allocates.
             "gpuDriver": "Install",
@@ -212,28 +317,195 @@ class AKSCluster:
                 f"with the {gpus} GPUs of {shape.vm_size}"
             )
 
-    def network_operator(self, provider_config: str | None) -> None:
+    def subnet_role(self) -> None:
+        """Network Contributor on the node subnet for the cluster's identity: on a VNet it does
+        not own, AKS can put no load balancer (an internal one above all) into the subnet
+        without it (learn.microsoft.com/azure/aks/aks-service-permissions; Azure/AKS#357)."""
         c = self.cloud
-        tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-        values = {
-            "deployCR": True,
-            # node-feature-discovery comes with the serving stack; one instance per cluster.
-            "nfd": {"enabled": False},
-            "ofedDriver": {"deploy": True},
-            "rdmaSharedDevicePlugin": {
-                "deploy": True,
-                "resources": [
-                    {
-                        "name": "rdma_shared_device_ib",
-                        "vendors": ["15b3"],
-                        "linkTypes": ["infiniband"],
-                    }
-                ],
+        cluster, subnet = c.observed("cluster"), c.observed("subnet")
+
+        def build(principal: str, scope: str) -> None:
+            c.managed(
+                SUBNET_ROLE,
+                AUTHORIZATION,
+                "RoleAssignment",
+                c.name("subnet-network-contributor"),
+                {
+                    # Azure names role assignments by a GUID; a fixed one makes a create that
+                    # is retried find its own assignment instead of adding a second one.
+                    "name": str(uuid.uuid5(uuid.NAMESPACE_URL, f"modelplane.ai/{c.xr}/{scope}")),
+                    "principalId": principal,
+                    "principalType": "ServicePrincipal",
+                    "roleDefinitionName": "Network Contributor",
+                    "scope": scope,
+                },
+            )
+
+        c.keep_or_build(
+            SUBNET_ROLE,
+            {
+                "principal": cluster.at_provider("identity", "principalId") if cluster else None,
+                "scope": subnet.at_provider("id") if subnet else None,
             },
-            "operator": {"tolerations": tolerations},
-            "daemonsets": {"tolerations": tolerations},
+            build,
+            "the cluster's identity and the subnet id",
+        )
+        # The gateway's load balancer goes while the identity may still manage the subnet.
+        c.outlives.append((SUBNET_ROLE, "gateway"))
+
+    # --- InfiniBand -----------------------------------------------------------------------------
+
+    def infiniband(self, provider_config: str | None) -> None:
+        """The network operator, then its NicClusterPolicy and the nvidia-peermem reloader, for
+        the spec's InfiniBand pools (from the spec, never from classes resolved this time, so a
+        class missing for a moment changes nothing on the nodes)."""
+        pools = sorted(
+            p.name
+            for p in self.cloud.inputs.xr.spec.node_pools
+            if p.fabric and p.fabric.type == "InfiniBand"
+        )
+        if not pools:
+            return
+        self.network_operator(provider_config)
+        self.nic_cluster_policy(provider_config, pools)
+        self.peermem_reloader(provider_config, pools)
+
+    def network_operator(self, provider_config: str | None) -> None:
+        """Only values network-operator 26.4.0 reads (values.yaml, templates/): since 26.4.0 the
+        NicClusterPolicy is no longer in the chart (upstream 8fc96f20) but composed below."""
+        values = {
+            # node-feature-discovery comes with the serving stack (one instance per cluster); the
+            # chart's NodeFeatureRule still goes in, and the stack's NFD labels the NICs by it.
+            "nfd": {"enabled": False, "deployNodeFeatureRules": True},
         }
-        c.install("network-operator", provider_config, values)
+        # The NodeFeatureRule needs NFD's CRDs: after the stack's node-feature-discovery.
+        after = (RESOURCE_KEYS["node-feature-discovery"],)
+        self.cloud.install("network-operator", provider_config, values, after)
+
+    def nic_cluster_policy(self, provider_config: str | None, pools: list[str]) -> None:
+        """DOCA-OFED and the RDMA shared device plugin on the InfiniBand pools' nodes, as the
+        guide's nicclusterpolicy base and rdma-shared-device-plugin overlay configure them, at
+        the network operator's own image versions; tolerating the GPU taint."""
+        c = self.cloud
+        key = "nic-cluster-policy"
+        if provider_config is None or not c.on_cluster(key, ("release-network-operator",)):
+            return
+        probe = {"initialDelaySeconds": 10, "periodSeconds": 20}
+        manifest = {
+            "apiVersion": "mellanox.com/v1alpha1",
+            "kind": "NicClusterPolicy",
+            "metadata": {"name": NIC_CLUSTER_POLICY},
+            "spec": {
+                "nodeAffinity": infiniband_affinity(pools, MLNX_NIC_LABEL),
+                "tolerations": [GPU_TOLERATION],
+                "ofedDriver": {
+                    **image(NIC_CLUSTER_POLICY_IMAGES["ofedDriver"]),
+                    # The guide's fix for a race where the kernel module fails to load
+                    # (Mellanox/doca-driver-build#52).
+                    "env": [
+                        {
+                            "name": "OFED_BLACKLIST_MODULES_FILE",
+                            "value": "/host/etc/modprobe.d/blacklist-ofed-modules.conf",
+                        }
+                    ],
+                    "forcePrecompiled": False,
+                    "upgradePolicy": {
+                        "autoUpgrade": True,
+                        "maxParallelUpgrades": 1,
+                        "drain": {
+                            "enable": True,
+                            "force": True,
+                            "deleteEmptyDir": True,
+                            "timeoutSeconds": 300,
+                        },
+                    },
+                    "startupProbe": probe,
+                    "livenessProbe": {"initialDelaySeconds": 30, "periodSeconds": 30},
+                    "readinessProbe": {"initialDelaySeconds": 10, "periodSeconds": 30},
+                },
+                "rdmaSharedDevicePlugin": {
+                    **image(NIC_CLUSTER_POLICY_IMAGES["rdmaSharedDevicePlugin"]),
+                    "config": RDMA_SHARED_CONFIG,
+                },
+            },
+        }
+        c.put(key, provider_config, manifest, ready_when=NIC_POLICY_READY)
+
+    def peermem_reloader(self, provider_config: str | None, pools: list[str]) -> None:
+        """The guide's nvidia-peermem-reloader: GPUDirect RDMA needs nvidia-peermem, which the
+        driver AKS installs (gpuDriver Install) does not load. On the InfiniBand pools' GPU
+        nodes, tolerating their taint, in the network operator's namespace."""
+        c = self.cloud
+        key = "nvidia-peermem-reloader"
+        if provider_config is None or not c.on_cluster(key, ("release-network-operator",)):
+            return
+        name = "nvidia-peermem-reloader"
+        modprobe = ["/bin/bash", "-c", "modprobe nvidia-peermem"]
+        manifest = {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": CLOUD_CHARTS["network-operator"].namespace},
+            "spec": {
+                "selector": {"matchLabels": {"name": name}},
+                "updateStrategy": {"type": "RollingUpdate"},
+                "template": {
+                    "metadata": {"labels": {"name": name}},
+                    "spec": {
+                        "tolerations": [GPU_TOLERATION],
+                        # AKS labels the nodes it installs the GPU driver on.
+                        "affinity": {
+                            "nodeAffinity": infiniband_affinity(
+                                pools, "kubernetes.azure.com/accelerator", "nvidia"
+                            )
+                        },
+                        "priorityClassName": "system-node-critical",
+                        "containers": [
+                            {
+                                "name": "nvidia-peermem-reloader-ctr",
+                                "image": IMAGES["nvidia-peermem-reloader"],
+                                "command": [
+                                    "/bin/bash",
+                                    "-xc",
+                                    "apt update && apt install -y kmod && modprobe nvidia-peermem"
+                                    ' && echo "sleeping" && sleep inf',
+                                ],
+                                "startupProbe": {
+                                    "exec": {"command": modprobe},
+                                    "initialDelaySeconds": 10,
+                                    "failureThreshold": 120,
+                                    "successThreshold": 1,
+                                    "periodSeconds": 10,
+                                    "timeoutSeconds": 10,
+                                },
+                                "livenessProbe": {
+                                    "exec": {"command": modprobe},
+                                    "periodSeconds": 30,
+                                    "initialDelaySeconds": 30,
+                                    "failureThreshold": 1,
+                                    "successThreshold": 1,
+                                    "timeoutSeconds": 10,
+                                },
+                                "securityContext": {"privileged": True},
+                                "volumeMounts": [
+                                    {
+                                        "name": "lib-modules",
+                                        "mountPath": "/lib/modules",
+                                        "readOnly": True,
+                                    }
+                                ],
+                            }
+                        ],
+                        "volumes": [
+                            {
+                                "name": "lib-modules",
+                                "hostPath": {"path": "/lib/modules", "type": "Directory"},
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+        c.put(key, provider_config, manifest, ready_when=DAEMONSET_READY)
 
     def storage_class(self, provider_config: str | None) -> str | None:
         c = self.cloud
@@ -251,3 +523,18 @@ class AKSCluster:
         )
         c.put(key, provider_config, manifest)
         return STORAGE_CLASS
+
+
+def image(spec: Image) -> dict:
+    return {"repository": spec.repository, "image": spec.image, "version": spec.version}
+
+
+def infiniband_affinity(pools: list[str], label: str, value: str = "true") -> dict:
+    """Nodes of the InfiniBand pools that carry label=value."""
+    term = {
+        "matchExpressions": [
+            {"key": names.POOL_LABEL, "operator": "In", "values": pools},
+            {"key": label, "operator": "In", "values": [value]},
+        ]
+    }
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}

@@ -215,15 +215,21 @@ class Cloud:
         """Both ProviderConfigs are observed: the provider will find them."""
         return all(self.observed(k) is not None for k in PROVIDER_CONFIG_KEYS)
 
-    def on_cluster(self, key: str) -> bool:
-        """Whether an in-cluster resource (release, Object) is composed this time."""
-        return self.when(key, self.reachable, "ProviderConfigs")
+    def on_cluster(self, key: str, after: tuple[str, ...] = ()) -> bool:
+        """Whether an in-cluster resource (release, Object) is composed this time: once the
+        cluster is reachable and the resources after names (their CRDs, namespaces) are Ready."""
+        if not self.reachable:
+            return self.when(key, False, "ProviderConfigs")
+        waiting = [k for k in after if not self.is_ready(k)]
+        return self.when(key, not waiting, ", ".join(waiting))
 
-    def install(self, name: str, provider_config: str | None, values: dict) -> None:
-        """A chart the cloud installs with its cluster (CLOUD_CHARTS[name]) once it is reachable.
-        Orphaned on deletion: it dies with the cluster."""
+    def install(
+        self, name: str, provider_config: str | None, values: dict, after: tuple[str, ...] = ()
+    ) -> None:
+        """A chart the cloud installs with its cluster (CLOUD_CHARTS[name]) once it is reachable
+        (and what it comes after is Ready). Orphaned on deletion: it dies with the cluster."""
         key = f"release-{name}"
-        if provider_config is None or not self.on_cluster(key):
+        if provider_config is None or not self.on_cluster(key, after):
             return
         chart = CLOUD_CHARTS[name]
         body = kube.release(self.xr, name, chart, provider_config, values, policies=kube.ORPHAN)
@@ -373,6 +379,23 @@ def pool_labels(pool: Pool, accelerator: str | None) -> dict[str, str]:
     if accelerator:
         labels[names.GPU_LABEL] = accelerator
     return labels
+
+
+def runs(running: str | None, target: str) -> bool:
+    """Whether a control plane reporting running (1.34.3, 1.34.3-nebius-cp.2) runs target, an
+    exact version or a minor alias (1.34)."""
+    if not running:
+        return False
+    return running == target or running.startswith((f"{target}.", f"{target}-"))
+
+
+def pool_version(target: str, running: str | None, current: str | None) -> str:
+    """The version a node pool asks for. Pools follow the control plane and never lead it: the
+    spec's version once the control plane runs it (or at creation, before it reports any); until
+    then the version the pool already asks for, or for a new pool the control plane's own."""
+    if runs(running, target) or (running is None and current is None):
+        return target
+    return current or running or target
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from function.clusters.base import (
     CloudConfig,
     Pool,
     pool_labels,
+    pool_version,
     scaling,
 )
 from function.clusters.eks import gpu_devices
@@ -242,7 +243,7 @@ class NebiusCluster:
             name,
             {
                 "parentIdRef": {"name": self.cluster_name},
-                "version": self.version,
+                "version": self.node_group_version(key),
                 "template": {
                     "networkInterfaces": [{"subnetIdRef": {"name": c.name("subnet")}}],
                     # Every node mounts the cache: the CSI driver's node plugin runs on every node
@@ -262,6 +263,17 @@ class NebiusCluster:
             policies=NO_LATE_INIT,
             labels=labels,
         )
+
+    def node_group_version(self, key: str) -> str:
+        """Node groups follow the control plane: a group's version may not be newer than its
+        cluster's (NodeGroup `version`: "by default the cluster control plane <major>.<minor>
+        version"), so a raised kubernetesVersion reaches them once the control plane runs it."""
+        cluster, seen = self.cloud.observed("cluster"), self.cloud.observed(key)
+        running = cluster.at_provider("status", "controlPlane", "version") if cluster else None
+        current = seen.get("spec", "forProvider", "version") if seen else None
+        # mk8s takes <major>.<minor> only; the control plane reports 1.31.2-nebius-cp.3.
+        minor = ".".join(running.split(".")[:2]) if running else None
+        return pool_version(self.version, running, current or minor)
 
     def system_node_group(self) -> None:
         c = self.cloud

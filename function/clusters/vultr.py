@@ -1,13 +1,17 @@
-"""Source Vultr: a VKE cluster (HA control plane, an inline system pool) and one node pool per
-pool, as namespaced provider-vultr resources.
+"""Source Vultr: a VKE cluster (HA control plane, VKE's managed firewall, an inline system pool)
+and one node pool per pool, as namespaced provider-vultr resources.
 
-VKE installs the NVIDIA GPU Operator itself; the cluster is reported ready only once its validator
-DaemonSet is (an Observe-only Object on it), so nothing is scheduled before GPUs can be allocated.
-The operator's device plugin is switched off on Modelplane's GPU pools by a node label: DRA is the
-only allocator. Node counts of autoscaling pools belong to VKE's autoscaler: they are seeded once
-through initProvider, like the inline system pool, which VKE only reads at creation anyway.
+VKE installs the NVIDIA GPU Operator itself; the cluster is reported ready only once the
+operator's container toolkit runs on every GPU node (an Observe-only Object on its DaemonSet),
+which it starts only after validating the driver: what the DRA driver needs. The operator's
+validator is no such signal here: its plugin check waits for nvidia.com/gpu capacity, which never
+comes on these nodes. The operator's device plugin is switched off on Modelplane's GPU pools by a
+node label: DRA is the only allocator. Node counts of autoscaling pools belong to VKE's
+autoscaler: they are seeded once through initProvider, like the inline system pool, which VKE
+only reads at creation anyway.
 
-No RWX storage: Vultr File System cannot attach to GPU nodes, so status.cache stays unset.
+No RWX storage: Vultr File System attachments to GPU nodes are reported to fail (unverified, see
+the README), so status.cache stays unset.
 """
 
 from function import names, shapes
@@ -30,14 +34,19 @@ VKE = "vke.vultr.m.upbound.io/v1beta1"
 # Lets the GPU Operator VKE installs leave the device plugin off these nodes, so its nvidia.com/gpu
 # ledger never books the devices DRA allocates.
 DEVICE_PLUGIN_OFF = {"nvidia.com/gpu.deploy.device-plugin": "false"}
-VALIDATOR = {"namespace": "gpu-operator", "name": "nvidia-operator-validator"}
-# Every validator pod scheduled is ready, and there is at least one: the GPUs can be allocated.
-VALIDATED = (
+# The GPU Operator's container toolkit (assets/state-container-toolkit): its pod starts only once
+# its driver-validation init container has found a working driver, and it needs no device plugin.
+TOOLKIT = {"namespace": "gpu-operator", "name": "nvidia-container-toolkit-daemonset"}
+# Every toolkit pod scheduled is ready, and there is at least one: the GPUs can be allocated.
+TOOLKIT_RUNNING = (
     "has(object.status) && has(object.status.desiredNumberScheduled)"
     " && has(object.status.numberReady)"
     " && object.status.desiredNumberScheduled >= 1"
     " && object.status.numberReady == object.status.desiredNumberScheduled"
 )
+# Where the GPU Operator's driver container puts the driver (DefaultDriverInstallDir,
+# controllers/object_controls.go), the root the DRA driver reads it from.
+GPU_OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
 
 
 def key_values(labels: dict[str, str]) -> list[dict]:
@@ -56,11 +65,14 @@ class VultrCluster:
         c = self.cloud
         pools = c.pools("Vultr", "vultr")
         self.control_plane()
+        self.check_firewall()
         for pool in pools:
             self.node_pool(pool)
         provider_config = c.provider_configs(self.kubeconfig_ready())
         self.gpu_operator(provider_config)
-        return c.facts(provider_config, None)
+        facts = c.facts(provider_config, None)
+        facts.nvidia_driver_root = GPU_OPERATOR_DRIVER_ROOT
+        return facts
 
     def control_plane(self) -> None:
         c = self.cloud
@@ -76,7 +88,10 @@ class VultrCluster:
                 "haControlplanes": True,
             },
             # VKE reads the inline pool at creation only, and its autoscaler owns the count after.
+            # The firewall too is set at creation only (ForceNew in terraform-provider-vultr's
+            # vke.go): from initProvider, so an older cluster is never replaced for it.
             init_provider={
+                "enableFirewall": True,
                 "nodePools": {
                     "label": c.name("system", limit=40),
                     "plan": VULTR_SYSTEM_PLAN,
@@ -85,11 +100,20 @@ class VultrCluster:
                     "minNodes": 1,
                     "maxNodes": 2,
                     "labels": key_values(SYSTEM_LABELS),
-                }
+                },
             },
             policies=NO_LATE_INIT,
             connection_secret=names.kubeconfig_secret(c.xr),
         )
+
+    def check_firewall(self) -> None:
+        seen = self.cloud.observed("cluster")
+        if seen is not None and seen.at_provider("enableFirewall") is False:
+            self.cloud.warn(
+                f"VKE cluster {self.cluster_name!r} was created without VKE's managed firewall, "
+                "which VKE sets at creation only; add a firewall group to its nodes yourself",
+                reason="NoFirewall",
+            )
 
     def kubeconfig_ready(self) -> bool:
         cluster = self.cloud.observed("cluster")
@@ -152,11 +176,11 @@ class VultrCluster:
             )
 
     def gpu_operator(self, provider_config: str | None) -> None:
-        """Observe the validator of the GPU Operator VKE installs: ready once it validated every
-        GPU node."""
+        """Observe the container toolkit of the GPU Operator VKE installs: ready once it runs on
+        every GPU node, each with a validated driver."""
         c = self.cloud
-        key = "gpu-operator-validator"
+        key = "gpu-operator-toolkit"
         if provider_config is None or not c.on_cluster(key):
             return
-        manifest = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": dict(VALIDATOR)}
-        c.put(key, provider_config, manifest, policies=OBSERVE_ONLY, ready_when=VALIDATED)
+        manifest = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": dict(TOOLKIT)}
+        c.put(key, provider_config, manifest, policies=OBSERVE_ONLY, ready_when=TOOLKIT_RUNNING)

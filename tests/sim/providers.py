@@ -177,6 +177,56 @@ def _aks_cluster(body: dict, world: World) -> dict:
         ".azmk8s.io",
         "oidcIssuerUrl": f"https://oidc.example/{digest(name)}/",
         "nodeResourceGroup": _for_provider(body).get("nodeResourceGroup"),
+        "kubernetesVersion": _for_provider(body).get("kubernetesVersion"),
+        "defaultNodePool": {
+            "orchestratorVersion": _for_provider(body)
+            .get("defaultNodePool", {})
+            .get("orchestratorVersion")
+        },
+        # AKS picks the newest GA patch of a minor alias.
+        "currentKubernetesVersion": _patch(_for_provider(body).get("kubernetesVersion", "")),
+        # The system-assigned identity Azure creates with the cluster.
+        "identity": {
+            "type": "SystemAssigned",
+            "principalId": _guid(name, "principal"),
+            "tenantId": _guid("tenant"),
+        },
+    }
+
+
+def _aks_node_pool(body: dict, world: World) -> dict:
+    report = _azure("Microsoft.ContainerService", "agentPools")(body, world)
+    return {**report, "orchestratorVersion": _for_provider(body).get("orchestratorVersion")}
+
+
+def _patch(version: str) -> str:
+    """A running version: a minor alias (1.34) gets a patch, an exact version stays."""
+    return f"{version}.4" if version.count(".") == 1 else version
+
+
+def _nebius_cluster(body: dict, world: World) -> dict:
+    """mk8s reports the control plane it runs as <major>.<minor>.<patch>-nebius-cp.<infra>."""
+    version = _for_provider(body).get("controlPlane", {}).get("version", "")
+    return {
+        **_nebius("mk8scluster")(body, world),
+        "status": {"controlPlane": {"version": f"{_patch(version)}-nebius-cp.2"}},
+    }
+
+
+def _guid(*parts: str) -> str:
+    raw = digest(*parts, length=32)
+    return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+
+
+def _role_assignment(body: dict, world: World) -> dict:
+    del world
+    spec = _for_provider(body)
+    return {
+        "id": f"{spec.get('scope')}/providers/Microsoft.Authorization/roleAssignments/"
+        f"{spec.get('name')}",
+        "principalId": spec.get("principalId"),
+        "roleDefinitionName": spec.get("roleDefinitionName"),
+        "scope": spec.get("scope"),
     }
 
 
@@ -194,8 +244,7 @@ def _nebius(prefix: str) -> Callable[[dict, World], dict]:
 
 
 def _vultr_id(name: str) -> str:
-    raw = digest(name, length=32)
-    return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+    return _guid(name)
 
 
 def _vke_cluster(body: dict, world: World) -> dict:
@@ -207,6 +256,8 @@ def _vke_cluster(body: dict, world: World) -> dict:
         "region": spec.get("region"),
         "version": spec.get("version"),
         "haControlplanes": spec.get("haControlplanes"),
+        # Set at creation only, from initProvider.
+        "enableFirewall": bool(body.get("spec", {}).get("initProvider", {}).get("enableFirewall")),
         "endpoint": f"{cluster_id}.vultr-k8s.com",
         "status": "active",
     }
@@ -281,12 +332,11 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ),
     ("network.azure.m.upbound.io", "Subnet"): _azure("Microsoft.Network", "subnets"),
     ("containerservice.azure.m.upbound.io", "KubernetesCluster"): _aks_cluster,
-    ("containerservice.azure.m.upbound.io", "KubernetesClusterNodePool"): _azure(
-        "Microsoft.ContainerService", "agentPools"
-    ),
+    ("containerservice.azure.m.upbound.io", "KubernetesClusterNodePool"): _aks_node_pool,
+    ("authorization.azure.m.upbound.io", "RoleAssignment"): _role_assignment,
     ("vpc.nebius.m.upbound.io", "Network"): _nebius("vpcnetwork"),
     ("vpc.nebius.m.upbound.io", "Subnet"): _nebius("vpcsubnet"),
-    ("mk8s.nebius.m.upbound.io", "Cluster"): _nebius("mk8scluster"),
+    ("mk8s.nebius.m.upbound.io", "Cluster"): _nebius_cluster,
     ("mk8s.nebius.m.upbound.io", "NodeGroup"): _nebius("mk8snodegroup"),
     ("compute.nebius.m.upbound.io", "Filesystem"): _nebius("computefilesystem"),
     ("compute.nebius.m.upbound.io", "GpuCluster"): _nebius("computegpucluster"),

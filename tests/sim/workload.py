@@ -62,6 +62,8 @@ STATUS = {
     "ClientTrafficPolicy": _client_traffic_policy,
     "Deployment": _deployment,
     "DaemonSet": lambda m, a: {"desiredNumberScheduled": 2, "numberReady": 2, "numberAvailable": 2},
+    # The network operator's overall state once every component it deploys is ready.
+    "NicClusterPolicy": lambda m, a: {"state": "ready"},
 }
 
 

@@ -37,3 +37,35 @@ def converge(
             return again
         out = again
     raise AssertionError(f"no convergence in {MAX_PASSES} passes")
+
+
+def changes(before: Output, after: Output) -> set[tuple[str, str]]:
+    """(resource key, dotted field path) of every field of a desired body that differs."""
+    found: set[tuple[str, str]] = set()
+
+    def walk(key: str, a, b, path: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b)):
+                walk(key, a.get(k), b.get(k), f"{path}.{k}" if path else k)
+        elif a != b:
+            found.add((key, path))
+
+    for key in sorted(set(before.resources) | set(after.resources)):
+        a, b = before.resources.get(key), after.resources.get(key)
+        walk(key, a.body if a else None, b.body if b else None, "")
+    return found
+
+
+def upgrade(xr: dict, required: dict[str, list[dict]], set_version) -> list[Output]:
+    """Converge, raise the version (set_version edits the XR), then reconcile with the
+    providers reporting after each pass: the converged output and each pass until stable."""
+    out = converge(xr, required)
+    raised = copy.deepcopy(xr)
+    set_version(raised)
+    passes = [out]
+    for _ in range(MAX_PASSES):
+        again = compose_cluster(raised, required, reported(passes[-1]))
+        if again.resources == passes[-1].resources and len(passes) > 1:
+            return passes
+        passes.append(again)
+    raise AssertionError(f"no convergence in {MAX_PASSES} passes")

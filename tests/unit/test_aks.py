@@ -2,14 +2,21 @@
 
 import copy
 import ipaddress
+import itertools
+import json
+import uuid
 
 import pytest
+import yaml
 
 from function.clusters import aks
+from function.clusters.base import pool_version
 from function.compose import compose_cluster
 from function.inputs import Observed
 from function.output import Output
+from tests import charts, nodes
 from tests.builders import all_classes, example
+from tests.sim.providers import conditions
 from tests.unit import sim
 
 
@@ -52,20 +59,171 @@ def test_a_fixed_pool_sets_its_size_and_no_zones_when_none_are_given():
     assert "initProvider" not in spec
 
 
-def test_infiniband_installs_the_network_operator_once_the_cluster_is_reachable():
+GUIDE = "manifests/aks-rdma-infiniband/configs"
+
+
+def guide(path: str) -> dict:
+    """A manifest of Azure's aks-rdma-infiniband guide (../shared/charts/manifests)."""
+    return yaml.safe_load((charts.charts_dir() / GUIDE / path).read_text())
+
+
+def manifest(out: Output, key: str) -> dict:
+    return out.resources[key].body["spec"]["forProvider"]["manifest"]
+
+
+def test_network_operator_sets_only_values_its_chart_reads_and_leaves_nfd_to_the_stack():
     xr, classes = example("aks")
-    first = compose_cluster(xr, all_classes(classes), Observed())
-    assert "release-network-operator" not in first.resources
     out = converge(xr, classes)
-    values = out.resources["release-network-operator"].body["spec"]["forProvider"]["values"]
-    assert values["ofedDriver"] == {"deploy": True}
-    assert values["rdmaSharedDevicePlugin"]["deploy"] is True
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values[
-        "daemonsets"
-    ]["tolerations"]
-    # Without an InfiniBand pool there is no network operator.
+    release = out.resources["release-network-operator"].body["spec"]["forProvider"]
+    chart = charts.chart_path(release["chart"]["name"], release["chart"]["version"])
+    assert chart is not None
+    values = release["values"]
+    unread = [p for p in charts.leaf_paths(values) if not charts.reads(chart, p)]
+    assert not unread, f"values {chart.name} never reads: {unread}"
+    # What 26.4.0 no longer reads (the NicClusterPolicy left the chart): the check would catch it.
+    for gone in (
+        ("deployCR",),
+        ("ofedDriver", "deploy"),
+        ("rdmaSharedDevicePlugin", "deploy"),
+        ("daemonsets", "tolerations"),
+    ):
+        assert not charts.reads(chart, gone), gone
+    # One NFD per cluster, the stack's; the chart's NodeFeatureRule labels the NICs through it.
+    assert values["nfd"] == {"enabled": False, "deployNodeFeatureRules": True}
+    assert "release-node-feature-discovery" in out.resources
+
+
+def test_network_operator_waits_for_the_stacks_nfd_and_the_policy_for_the_operator():
+    xr, classes = example("aks")
+    required = all_classes(classes)
+    out = sim.converge(xr, required)
+    # The stack's NFD not Ready yet: the operator waits (its NodeFeatureRule needs NFD's CRDs).
+    observed = sim.reported(out)
+    for key in ("release-network-operator", "nic-cluster-policy", "nvidia-peermem-reloader"):
+        del observed.resources[key]
+    nfd = observed.resources["release-node-feature-discovery"].body
+    nfd["status"]["conditions"] = conditions(ready=False, reason="Creating")
+    waiting = compose_cluster(xr, required, observed)
+    assert "release-network-operator" not in waiting.resources
+    assert "nic-cluster-policy" not in waiting.resources
+    cluster_ready = next(c for c in waiting.conditions if c.type == "ClusterReady")
+    assert "release-network-operator" in cluster_ready.message
+    # NFD Ready: the operator comes, and only once it is Ready its policy and the reloader.
+    nfd["status"]["conditions"] = conditions()
+    operator = compose_cluster(xr, required, observed)
+    assert "release-network-operator" in operator.resources
+    assert "nic-cluster-policy" not in operator.resources
+    assert "nvidia-peermem-reloader" not in operator.resources
+    after = compose_cluster(xr, required, sim.reported(operator))
+    assert {"nic-cluster-policy", "nvidia-peermem-reloader"} <= set(after.resources)
+
+
+def test_nic_cluster_policy_is_the_guides_driver_and_rdma_plugin_on_the_infiniband_pools():
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    body = out.resources["nic-cluster-policy"].body
+    assert body["spec"]["readiness"]["policy"] == "DeriveFromCelQuery"
+    policy = manifest(out, "nic-cluster-policy")
+    assert policy["metadata"]["name"] == "nic-cluster-policy"
+    spec = policy["spec"]
+    base = guide("nicclusterpolicy/base/nic.yaml")["spec"]["ofedDriver"]
+    rdma = guide("nicclusterpolicy/rdma-shared-device-plugin/rdma.yaml")["spec"]
+    # The guide's driver settings, at the network operator's own image version.
+    same = ("repository", "image", "env", "forcePrecompiled", "upgradePolicy", "startupProbe")
+    assert {k: spec["ofedDriver"][k] for k in same} == {k: base[k] for k in same}
+    assert spec["ofedDriver"]["livenessProbe"] == base["livenessProbe"]
+    assert spec["ofedDriver"]["readinessProbe"] == base["readinessProbe"]
+    assert spec["ofedDriver"]["version"] == "doca3.4.0-26.04-0.8.6.0-0"
+    plugin = spec["rdmaSharedDevicePlugin"]
+    guide_plugin = rdma["rdmaSharedDevicePlugin"]
+    assert json.loads(plugin["config"]) == json.loads(guide_plugin["config"])
+    assert (plugin["repository"], plugin["image"]) == (
+        guide_plugin["repository"],
+        guide_plugin["image"],
+    )
+    # On the nodes of the InfiniBand pools the network operator sees NICs on, despite the taint
+    # they carry.
+    terms = spec["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    expressions = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert {"key": "modelplane.ai/pool", "operator": "In", "values": ["gpuh100"]} in expressions
+    assert {
+        "key": "feature.node.kubernetes.io/pci-15b3.present",
+        "operator": "In",
+        "values": ["true"],
+    } in expressions
+    assert tolerates(spec["tolerations"], out.resources["nodepool-gpuh100"].body)
+
+
+def tolerates(tolerations: list[dict], pool: dict) -> bool:
+    """Every taint of the agent pool (key=value:Effect) is tolerated."""
+    for taint in pool["spec"]["forProvider"]["nodeTaints"]:
+        key_value, effect = taint.split(":")
+        key, value = key_value.split("=")
+        if not any(
+            t["key"] == key
+            and t.get("effect") in (None, effect)
+            and (t["operator"] == "Exists" or t.get("value") == value)
+            for t in tolerations
+        ):
+            return False
+    return True
+
+
+def test_peermem_reloader_is_the_guides_on_the_infiniband_gpu_nodes():
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    ds = manifest(out, "nvidia-peermem-reloader")
+    ours = ds["spec"]["template"]["spec"]
+    theirs = guide("nvidia-peermem-reloader/ds.yaml")["spec"]["template"]["spec"]
+    assert ours["containers"] == theirs["containers"]
+    assert ours["volumes"] == theirs["volumes"]
+    assert ours["priorityClassName"] == theirs["priorityClassName"]
+    # The network operator's namespace, which its release creates; our taint, not the guide's.
+    assert ds["metadata"]["namespace"] == "nvidia-network-operator"
+    assert tolerates(ours["tolerations"], out.resources["nodepool-gpuh100"].body)
+    expressions = ours["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"]
+    assert {
+        "key": "kubernetes.azure.com/accelerator",
+        "operator": "In",
+        "values": ["nvidia"],
+    } in expressions
+    assert out.resources["nvidia-peermem-reloader"].body["spec"]["readiness"]["celQuery"]
+
+
+def test_infiniband_pools_come_from_the_spec_so_a_missing_class_changes_nothing():
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    gone = compose_cluster(xr, {}, sim.reported(out))
+    for key in ("release-network-operator", "nic-cluster-policy", "nvidia-peermem-reloader"):
+        assert gone.resources[key].body == out.resources[key].body
+    # Without an InfiniBand pool there is no network operator, policy or reloader.
     a10, a10_classes = example("aks-a10")
-    assert "release-network-operator" not in converge(a10, a10_classes).resources
+    plain = converge(a10, a10_classes)
+    for key in ("release-network-operator", "nic-cluster-policy", "nvidia-peermem-reloader"):
+        assert key not in plain.resources
+
+
+def test_cluster_identity_gets_network_contributor_on_its_subnet_and_keeps_it():
+    xr, classes = example("aks-a10")
+    required = all_classes(classes)
+    first = compose_cluster(xr, required, Observed())
+    assert "subnet-network-contributor" not in first.resources
+    out = sim.converge(xr, required)
+    role = out.resources["subnet-network-contributor"].body
+    assert role["apiVersion"] == "authorization.azure.m.upbound.io/v1beta1"
+    observed = sim.reported(out)
+    cluster = observed.resources["cluster"].at_provider("identity", "principalId")
+    subnet = observed.resources["subnet"].at_provider("id")
+    spec = role["spec"]["forProvider"]
+    assert (spec["principalId"], spec["scope"]) == (cluster, subnet)
+    assert spec["roleDefinitionName"] == "Network Contributor"
+    assert spec["principalType"] == "ServicePrincipal"
+    assert str(uuid.UUID(spec["name"])) == spec["name"]
+    # A lost status on the cluster or subnet keeps the assignment as it is.
+    lost = compose_cluster(xr, required, sim.reported(out, drop_status=("cluster", "subnet")))
+    assert lost.resources["subnet-network-contributor"].body == role
 
 
 @pytest.mark.parametrize(
@@ -106,3 +264,118 @@ def test_azure_files_storage_class_once_reachable():
     assert manifest["provisioner"] == "file.csi.azure.com"
     assert manifest["parameters"] == {"skuName": "Premium_LRS"}
     assert out.status["cache"] == {"storageClassName": "modelplane-rwx-fs"}
+
+
+# --- upgrades -------------------------------------------------------------------------------------
+
+
+def two_minors_up(xr: dict) -> None:
+    aks_spec = xr["spec"]["cluster"]["aks"]
+    major, minor_ = aks_spec.get("kubernetesVersion", "1.34").split(".")[:2]
+    aks_spec["kubernetesVersion"] = f"{major}.{int(minor_) + 2}"
+
+
+@pytest.mark.parametrize("name", ["aks", "aks-a10"])
+def test_raising_the_version_upgrades_the_control_plane_then_every_agent_pool_a_minor_at_a_time(
+    name,
+):
+    xr, classes = example(name)
+    passes = sim.upgrade(xr, all_classes(classes), two_minors_up)
+    converged = passes[0]
+    start = converged.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
+    major, minor_ = start.split(".")
+    step, target = f"{major}.{int(minor_) + 1}", f"{major}.{int(minor_) + 2}"
+    user_pools = {k for k in converged.resources if k.startswith("nodepool-")}
+    assert user_pools
+    control_plane = {("cluster", "spec.forProvider.kubernetesVersion")}
+    pools = {
+        ("cluster", "spec.forProvider.defaultNodePool.orchestratorVersion"),
+        *((k, "spec.forProvider.orchestratorVersion") for k in user_pools),
+    }
+    steps = [
+        {c for c in sim.changes(a, b) if not c[0].startswith("usage")}
+        for a, b in itertools.pairwise(passes)
+    ]
+    # AKS skips no minor and upgrades no pool past its control plane: the control plane one
+    # minor, then every pool to it, then the next minor, then the pools again.
+    assert steps == [control_plane, pools, control_plane, pools]
+    versions = [p.resources["cluster"].body["spec"]["forProvider"] for p in passes]
+    assert [v["kubernetesVersion"] for v in versions] == [start, step, step, target, target]
+    assert [v["defaultNodePool"]["orchestratorVersion"] for v in versions] == [
+        start,
+        start,
+        step,
+        step,
+        target,
+    ]
+    stepwise = [r.message for r in passes[1].results if r.reason == "UpgradingStepwise"]
+    assert stepwise and f"upgrading to {step} first" in stepwise[0]
+    for key in user_pools:
+        assert passes[-1].resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == (
+            target
+        )
+
+
+def test_a_lower_version_is_refused_with_a_warning():
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    lower = copy.deepcopy(xr)
+    lower["spec"]["cluster"]["aks"]["kubernetesVersion"] = "1.20"
+    again = compose_cluster(lower, all_classes(classes), sim.reported(out))
+    assert any(r.reason == "VersionDowngrade" for r in again.results)
+
+
+@pytest.mark.parametrize(
+    ("target", "running", "current", "asks"),
+    [
+        # At creation nothing runs yet: the spec's version.
+        ("1.35", None, None, "1.35"),
+        # The control plane runs it (a patch of the alias, or exactly): the spec's version.
+        ("1.35", "1.35.2", "1.34", "1.35"),
+        ("1.35.2", "1.35.2", "1.34", "1.35.2"),
+        # Still upgrading: the pool keeps what it asks for; a new pool gets the running version.
+        ("1.35", "1.34.7", "1.34", "1.34"),
+        ("1.35", "1.34.7", None, "1.34.7"),
+        # The cluster's status lost mid-upgrade: the pool keeps its version, it never leads.
+        ("1.35", None, "1.34", "1.34"),
+        # 1.3 is not 1.35.
+        ("1.3", "1.35.1", "1.2", "1.2"),
+    ],
+)
+def test_pools_never_lead_the_control_plane(target, running, current, asks):
+    assert pool_version(target, running, current) == asks
+
+
+# A ConnectX-7 InfiniBand HCA as the PCI bus shows it (class 0207: InfiniBand controller).
+CONNECTX7 = {"class": "0207", "vendor": "15b3", "device": "1021"}
+
+
+def test_the_policy_and_reloader_land_on_infiniband_nodes_labelled_by_the_charts_rule():
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    release = out.resources["release-network-operator"].body
+    # The NodeFeatureRule the real chart installs with these values, as the stack's NFD applies it.
+    [rule] = [d for d in charts.template(release) if d["kind"] == "NodeFeatureRule"]
+    labels = {}
+    for r in rule["spec"]["rules"]:
+        for feature in r["matchFeatures"]:
+            assert feature["feature"] == "pci.device"
+            expressions = feature["matchExpressions"]
+            if all(CONNECTX7[k] in e["value"] for k, e in expressions.items()):
+                labels |= {nodes.NFD_LABEL_PREFIX + k: v for k, v in r["labels"].items()}
+    assert labels == {aks.MLNX_NIC_LABEL: "true"}
+    [node] = nodes.gpu_nodes(d.body for d in out.resources.values())
+    node.labels |= labels
+    policy = manifest(out, "nic-cluster-policy")["spec"]
+    as_pod = {
+        "affinity": {"nodeAffinity": policy["nodeAffinity"]},
+        "tolerations": policy["tolerations"],
+    }
+    assert nodes.why_not(as_pod, node) is None
+    reloader = manifest(out, "nvidia-peermem-reloader")["spec"]["template"]["spec"]
+    assert nodes.why_not(reloader, node) is None
+    # A node of another pool, or one without the NIC label, gets neither.
+    other = nodes.Node("other", {**node.labels, "modelplane.ai/pool": "other"}, node.taints)
+    assert nodes.why_not(as_pod, other) and nodes.why_not(reloader, other)
+    bare = nodes.Node(node.pool, {k: v for k, v in node.labels.items() if k not in labels}, [])
+    assert nodes.why_not(as_pod, bare)

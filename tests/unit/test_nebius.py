@@ -11,6 +11,7 @@ from function.names import kubeconfig_secret
 from function.output import Output
 from tests.builders import all_classes, example, provider_configs
 from tests.sim.providers import observe
+from tests.unit import sim
 
 IDENTITY = {
     "type": "NebiusServiceAccountCredentials",
@@ -443,3 +444,42 @@ def test_declared_gpu_devices_are_checked_against_the_preset():
 def test_the_example_has_no_shape_warnings():
     xr, _, req = nebius()
     assert warnings(compose_cluster(xr, req, Observed())) == []
+
+
+def test_raising_the_version_upgrades_the_control_plane_then_every_node_group():
+    xr, classes = example("nebius")
+
+    def raise_version(x: dict) -> None:
+        x["spec"]["cluster"]["nebius"]["kubernetesVersion"] = "1.99"
+
+    req = required(classes, provider_configs("nebius"))
+    converged, control_plane, groups = sim.upgrade(xr, req, raise_version)
+    changed = {c for c in sim.changes(converged, control_plane) if not c[0].startswith("usage")}
+    # First the control plane: a node group may not run newer than its cluster.
+    assert changed == {("cluster", "spec.forProvider.controlPlane.version")}
+    # Once mk8s reports 1.99.x-nebius-cp.N, the system group and every GPU group follow.
+    node_groups = {k for k in converged.resources if k.endswith("nodegroup") or "nodegroup-" in k}
+    assert {"system-nodegroup", "nodegroup-gpu-h100"} <= node_groups
+    assert sim.changes(control_plane, groups) == {
+        (k, "spec.forProvider.version") for k in node_groups
+    }
+    for key in node_groups:
+        assert groups.resources[key].body["spec"]["forProvider"]["version"] == "1.99"
+
+
+def test_a_node_group_added_mid_upgrade_asks_for_the_control_planes_minor():
+    xr, classes = example("nebius")
+    req = required(classes, provider_configs("nebius"))
+    out = converge(xr, req)
+    observed = reported(out)
+    cluster = copy.deepcopy(observed.resources["cluster"].body)
+    old = cluster["spec"]["forProvider"]["controlPlane"]["version"]
+    cluster["status"]["atProvider"]["status"]["controlPlane"]["version"] = "1.31.2-nebius-cp.3"
+    del observed.resources["nodegroup-gpu-h100"]
+    observed.resources["cluster"] = ObservedResource(cluster)
+    again = compose_cluster(xr, req, observed)
+    assert old != "1.31"
+    assert again.resources["nodegroup-gpu-h100"].body["spec"]["forProvider"]["version"] == "1.31"
+    # An existing group keeps the version it asks for until the control plane runs the spec's.
+    system = again.resources["system-nodegroup"].body["spec"]["forProvider"]["version"]
+    assert system == out.resources["system-nodegroup"].body["spec"]["forProvider"]["version"]

@@ -10,7 +10,9 @@ from function.inputs import Observed, ObservedResource
 from function.names import kubeconfig_secret
 from function.output import Output
 from tests.builders import all_classes, example
+from tests.sim import workload
 from tests.sim.providers import conditions, observe
+from tests.unit import sim
 
 
 def reported(out: Output, overrides: dict[str, dict] | None = None) -> Observed:
@@ -129,22 +131,24 @@ def test_a_fixed_pool_of_zero_is_one_node():
 # --- the GPU Operator readiness gate ------------------------------------------------------------
 
 
-def test_gpu_operator_validator_is_observed_once_the_cluster_is_reachable():
+def test_gpu_operator_toolkit_is_observed_once_the_cluster_is_reachable():
     xr, classes = example("vultr")
     first = compose_cluster(xr, all_classes(classes), Observed())
-    assert "gpu-operator-validator" not in first.resources
+    assert "gpu-operator-toolkit" not in first.resources
     # The ProviderConfigs come with the kubeconfig; the Object once they are observed.
     second = compose_cluster(xr, all_classes(classes), reported(first))
     assert "provider-config-kubernetes" in second.resources
-    assert "gpu-operator-validator" not in second.resources
-    assert "gpu-operator-validator (ProviderConfigs)" in cluster_ready(second).message
+    assert "gpu-operator-toolkit" not in second.resources
+    assert "gpu-operator-toolkit (ProviderConfigs)" in cluster_ready(second).message
     third = compose_cluster(xr, all_classes(classes), reported(second))
-    body = third.resources["gpu-operator-validator"].body
+    body = third.resources["gpu-operator-toolkit"].body
     assert body["spec"]["managementPolicies"] == ["Observe"]
+    # Not the validator: its plugin check waits for nvidia.com/gpu capacity, which the pools'
+    # device-plugin=false label keeps from ever coming, so it crash-loops on DRA nodes.
     assert body["spec"]["forProvider"]["manifest"] == {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"namespace": "gpu-operator", "name": "nvidia-operator-validator"},
+        "metadata": {"namespace": "gpu-operator", "name": "nvidia-container-toolkit-daemonset"},
     }
     readiness = body["spec"]["readiness"]
     assert readiness["policy"] == "DeriveFromCelQuery"
@@ -155,16 +159,59 @@ def test_gpu_operator_validator_is_observed_once_the_cluster_is_reachable():
     assert "object.status.desiredNumberScheduled >= 1" in readiness["celQuery"]
 
 
-def test_the_cluster_is_not_ready_until_the_gpu_operator_validated():
+@pytest.mark.parametrize(
+    ("status", "ready"),
+    [
+        ({"desiredNumberScheduled": 2, "numberReady": 2}, True),
+        ({"desiredNumberScheduled": 2, "numberReady": 1}, False),
+        # No GPU node yet (or the operator not there): nothing to allocate.
+        ({"desiredNumberScheduled": 0, "numberReady": 0}, False),
+        ({}, False),
+    ],
+)
+def test_the_toolkit_gate_reads_the_daemonset_status(status, ready):
+    xr, classes = example("vultr")
+    out = converge(xr, classes)
+    body = out.resources["gpu-operator-toolkit"].body
+    remote = {"apiVersion": "apps/v1", "kind": "DaemonSet", "status": status}
+    assert workload.object_ready(body, remote) is ready
+
+
+def test_the_dra_driver_reads_the_driver_where_the_gpu_operator_puts_it():
+    xr, classes = example("vultr")
+    out = converge(xr, classes)
+    values = out.resources["release-nvidia-dra-driver"].body["spec"]["forProvider"]["values"]
+    assert values["nvidiaDriverRoot"] == "/run/nvidia/driver"
+
+
+def test_the_cluster_is_not_ready_until_the_gpu_operator_toolkit_runs():
     xr, classes = example("vultr")
     waiting = conditions(ready=False, reason="Unavailable")
-    out = converge(xr, classes, overrides={"gpu-operator-validator": {"conditions": waiting}})
+    out = converge(xr, classes, overrides={"gpu-operator-toolkit": {"conditions": waiting}})
     ready = cluster_ready(out)
     assert (ready.status, ready.reason) == (False, "Provisioning")
-    assert ready.message == "waiting for 1 of 5 resources: gpu-operator-validator (Unavailable)"
+    assert ready.message == "waiting for 1 of 5 resources: gpu-operator-toolkit (Unavailable)"
     assert out.ready is False
     done = converge(xr, classes)
     assert (cluster_ready(done).status, cluster_ready(done).reason) == (True, "Available")
+
+
+def test_vke_firewall_at_creation_and_a_warning_for_a_cluster_without_one():
+    xr, classes = example("vultr")
+    out = converge(xr, classes)
+    spec = out.resources["cluster"].body["spec"]
+    assert spec["initProvider"]["enableFirewall"] is True
+    # ForceNew in the provider: never in forProvider, where it would ask to replace a cluster.
+    assert "enableFirewall" not in spec["forProvider"]
+    assert not [r for r in out.results if r.reason == "NoFirewall"]
+    observed = reported(out)
+    old = copy.deepcopy(observed.resources["cluster"].body)
+    old["status"]["atProvider"]["enableFirewall"] = False
+    resources = {**observed.resources, "cluster": ObservedResource(old)}
+    again = compose_cluster(xr, all_classes(classes), Observed(resources=resources))
+    warned = [r.message for r in again.results if r.reason == "NoFirewall"]
+    assert warned and "at creation only" in warned[0]
+    assert again.resources["cluster"].body == out.resources["cluster"].body
 
 
 def test_no_rwx_storage_and_no_cache_status():
@@ -238,3 +285,18 @@ def test_the_example_has_no_warnings():
     xr, classes = example("vultr")
     out = converge(xr, classes)
     assert [r for r in out.results if r.severity == "Warning"] == []
+
+
+def test_raising_the_version_upgrades_the_cluster_and_vke_its_pools():
+    xr, classes = example("vultr")
+
+    def raise_version(x: dict) -> None:
+        x["spec"]["cluster"]["vultr"]["kubernetesVersion"] = "v1.99.0+1"
+
+    converged, *after = sim.upgrade(xr, all_classes(classes), raise_version)
+    # One change, the cluster's version: VKE upgrades the control plane and its node pools itself
+    # (the provider calls the cluster upgrade API; KubernetesNodePool has no version of its own).
+    assert len(after) == 1
+    changed = {c for c in sim.changes(converged, after[0]) if not c[0].startswith("usage")}
+    assert changed == {("cluster", "spec.forProvider.version")}
+    assert after[0].resources["cluster"].body["spec"]["forProvider"]["version"] == "v1.99.0+1"
