@@ -45,20 +45,30 @@ class Node:
     pool: str
     labels: dict[str, str]
     taints: list[dict] = field(default_factory=list)
+    # "efa" on an EKS node whose launch template attaches EFA interfaces.
+    fabric: str | None = None
 
 
 def _taint(key: str, value: str, effect: str) -> dict:
     return {"key": key, "value": value, "effect": EFFECTS.get(effect, effect)}
 
 
-def _pool_node(doc: dict) -> Node | None:
+def _pool_node(doc: dict, templates: dict[str, dict]) -> Node | None:
     """The node a composed GPU pool creates, or None for another resource or a system pool."""
     kind, fp = doc["kind"], (doc.get("spec") or {}).get("forProvider") or {}
+    fabric = None
     group = doc["apiVersion"].split("/")[0]
     if kind == "NodePool" and group.startswith("container.gcp"):
         labels, taints = fp["nodeConfig"].get("labels", {}), fp["nodeConfig"].get("taint", [])
     elif kind == "NodeGroup" and group.startswith("eks.aws"):
         labels, taints = fp.get("labels", {}), fp.get("taint", [])
+        template = templates.get((fp.get("launchTemplate") or {}).get("name"), {})
+        # node.kubernetes.io/instance-type: the well-known label every kubelet sets.
+        instance = (fp.get("instanceTypes") or [template.get("instanceType")])[0]
+        labels = {"node.kubernetes.io/instance-type": instance, **labels}
+        interfaces = template.get("networkInterfaces") or []
+        efa = {"efa", "efa-only"}
+        fabric = "efa" if any(i.get("interfaceType") in efa for i in interfaces) else None
     elif kind == "NodeGroup" and group.startswith("mk8s.nebius"):
         template = fp["template"]
         labels, taints = template.get("metadata", {}).get("labels", {}), template.get("taints", [])
@@ -81,12 +91,18 @@ def _pool_node(doc: dict) -> Node | None:
         pool=labels["modelplane.ai/pool"],
         labels={**cloud, **labels},
         taints=[_taint(t["key"], t.get("value", ""), t["effect"]) for t in taints],
+        fabric=fabric,
     )
 
 
 def gpu_nodes(docs) -> list[Node]:
     """One node of each GPU pool a cluster's composed resources create."""
-    return [n for n in (_pool_node(d) for d in docs) if n is not None]
+    templates = {
+        d["metadata"]["name"]: d["spec"]["forProvider"]
+        for d in docs
+        if d["kind"] == "LaunchTemplate"
+    }
+    return [n for n in (_pool_node(d, templates) for d in docs) if n is not None]
 
 
 def nfd_worker_config(manifests) -> dict:

@@ -113,6 +113,11 @@ GPU_DAEMONSETS = {
 }
 
 
+# DRANET publishes the EFA devices of EFA nodes (aws-dranet 1.0.0: affinity on the instance types that
+# have EFA, supportedInstanceLabels in values.yaml).
+EFA_DAEMONSET = "mp-efa-dra-driver-aws-dranet"
+
+
 def daemonset_specs(manifests, name: str) -> dict:
     [ds] = [m for m in manifests if m["kind"] == "DaemonSet" and m["metadata"]["name"] == name]
     return ds["spec"]["template"]["spec"]
@@ -151,6 +156,14 @@ def test_gpu_daemonsets_run_on_every_gpu_node(example):
         for chart, name in GPU_DAEMONSETS.items():
             spec = daemonset_specs(rendered[chart], name)
             assert nodes.why_not(spec, node) is None, (chart, node.pool, nodes.why_not(spec, node))
+        if node.fabric == "efa":
+            spec = daemonset_specs(rendered["aws-dranet"], EFA_DAEMONSET)
+            assert nodes.why_not(spec, node) is None, (
+                "aws-dranet",
+                node.pool,
+                nodes.why_not(spec, node),
+            )
+    assert any(n.fabric == "efa" for n in gpu) == ("aws-dranet" in rendered), example
 
 
 def test_the_dra_plugin_would_miss_gpu_nodes_under_nfd_defaults():
