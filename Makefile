@@ -126,7 +126,7 @@ image:
 package: $(CROSSPLANE)
 	rm -rf $(PKG_OUT)/configuration $(PKG_OUT)/function
 	mkdir -p $(PKG_OUT)/configuration $(PKG_OUT)/function
-	cp package/configuration/crossplane.yaml $(PKG_OUT)/configuration/
+	cp package/configuration/crossplane.yaml package/configuration/activation-policy.yaml $(PKG_OUT)/configuration/
 	cp -R apis compositions $(PKG_OUT)/configuration/
 	$(CROSSPLANE) xpkg build --package-root=$(PKG_OUT)/configuration --examples-root=$(CURDIR)/examples \
 		--package-file=$(PKG_OUT)/configuration/modelplane-inference-cluster.xpkg

@@ -169,6 +169,9 @@ def test_configuration_package(built):
     for path in xrds:
         assert ("CompositeResourceDefinition", _load(path)["metadata"]["name"]) in names, path
 
+    # The activation policy goes with the Configuration (tests/test_reliability.py checks its kinds).
+    assert ("ManagedResourceActivationPolicy", "modelplane-inference-cluster") in names
+
     compositions = sorted(COMPOSITIONS.glob("*.yaml"))
     assert len(compositions) >= 2, f"expected at least 2 compositions, found {compositions}"
     for path in compositions:

@@ -24,11 +24,12 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from hypothesis import HealthCheck, given, settings
 
 from function.fn import FunctionRunner
+from tests.charts import converged, converged_examples
 from tests.conftest import ROOT
 from tests.sim.providers import World, observe
 from tests.sim.workload import inference_gateway
 from tests.strategies import clusters
-from tests.validation import validate_everything
+from tests.validation import activated, managed_resource_definitions, validate_everything
 
 EXAMPLES = int(os.environ.get("RELIABILITY_EXAMPLES", "1000"))
 _VALIDATE = os.environ.get("RELIABILITY_VALIDATE", "300")
@@ -44,6 +45,7 @@ SCHEMAS = (
 DRAWN: list[dict] = []
 COMPOSED: dict[str, dict] = {}
 REQUESTS: list[bytes] = []
+MANAGED: set[str] = set()
 
 logging.configure(logging.Level.DISABLED)
 RUNNER = FunctionRunner()
@@ -152,6 +154,7 @@ def test_an_admitted_cluster_composes_without_fatal_and_deterministically(drawn)
     if len([d for d in DRAWN if d["kind"] == "InferenceCluster"]) < VALIDATED:
         for body in desired.values():
             COMPOSED.setdefault(json.dumps(body, sort_keys=True), body)
+    MANAGED.update(managed_resource_definitions(desired.values()))
     DRAWN.append(xr)
     DRAWN.extend(classes)
     if len(REQUESTS) < 40:
@@ -167,6 +170,20 @@ def test_everything_drawn_is_admitted_and_everything_composed_is_valid(
         crossplane, validate_cache, DRAWN + list(COMPOSED.values()), tmp_path
     )
     assert count >= len(COMPOSED)
+
+
+def test_the_activation_policy_activates_exactly_the_managed_kinds_composed():
+    """Every managed kind the drawn clusters and the examples compose is activated, and nothing
+    else: a control plane with default activations off can serve every admitted cluster."""
+    assert len(DRAWN) >= EXAMPLES, "run with the generation test before this one"
+    composed = MANAGED | {
+        name
+        for example in converged_examples()
+        for name in managed_resource_definitions(converged(example))
+    }
+    policy = activated()
+    assert sorted(composed - policy) == [], "composed but not activated"
+    assert sorted(policy - composed) == [], "activated but never composed"
 
 
 HASH_RESPONSES = """

@@ -16,6 +16,7 @@ from tests.conftest import APIS, CROSSPLANE_IMAGE, EXAMPLES, ROOT, crd_files
 from tests.golden import check_golden
 from tests.tools.render import render_args
 from tests.tools.server import function_server
+from tests.validation import ACTIVATION_POLICY
 
 SOURCES = ["existing", "gke", "eks", "aks", "nebius", "vultr"]
 
@@ -181,8 +182,9 @@ def test_everything_rendered_validates_against_the_real_schemas(
         for d in rendered[name]
         if d["kind"] != "Result" and (d["apiVersion"], d["kind"]) not in CORE_KINDS_WITHOUT_CRD
     ]
-    # The example manifests themselves, as users apply them.
-    for path in sorted(EXAMPLES.glob("*/*.yaml")):
+    # The example manifests themselves, as users apply them, and the Configuration's activation
+    # policy (a Crossplane kind).
+    for path in [*sorted(EXAMPLES.glob("*/*.yaml")), ACTIVATION_POLICY]:
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     # The same composed resource appears in several passes; validate each distinct body once.
     unique = {yaml.safe_dump(d, sort_keys=True): d for d in docs}

@@ -10,6 +10,7 @@
   directly (Nebius's cloud-init Secret) are checked that way too.
 """
 
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -116,3 +117,38 @@ def validate_manifests(
     assert f"Total {len(checked)} resources: 0 missing schemas" in report, report
     assert "0 failure cases" in report, report
     return len(checked) + len(core), report
+
+
+ACTIVATION_POLICY = (
+    Path(__file__).resolve().parent.parent
+    / "package"
+    / "configuration"
+    / ("activation-policy.yaml")
+)
+
+
+@functools.cache
+def _plurals() -> dict[tuple[str, str], str]:
+    plurals = {}
+    for path in crd_files():
+        crd = yaml.safe_load(path.read_text())
+        if crd.get("kind") == "CustomResourceDefinition":
+            spec = crd["spec"]
+            plurals[(spec["group"], spec["names"]["kind"])] = spec["names"]["plural"]
+    return plurals
+
+
+def managed_resource_definitions(docs) -> set[str]:
+    """The ManagedResourceDefinition names (<plural>.<group>) of the managed resources in docs."""
+    names = set()
+    for doc in docs:
+        if "forProvider" in (doc.get("spec") or {}):
+            group = group_of(doc)
+            names.add(f"{_plurals()[(group, doc['kind'])]}.{group}")
+    return names
+
+
+def activated() -> set[str]:
+    """What the Configuration's ManagedResourceActivationPolicy activates."""
+    policy = yaml.safe_load(ACTIVATION_POLICY.read_text())
+    return set(policy["spec"]["activate"])
