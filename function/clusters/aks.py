@@ -206,13 +206,13 @@ class AKSCluster:
         if running is None:  # not observed: hold what the control plane was asked for
             return asked if isinstance(asked, str) and asked else self.version
         want, have = minor(self.version), minor(running)
-        if want is None or have is None or want <= have:
-            if want is not None and have is not None and want < have:
-                self.cloud.warn(
-                    f"spec.cluster.aks.kubernetesVersion {self.version} is older than the "
-                    f"control plane's {running}; AKS cannot downgrade a cluster, so it stays",
-                    reason="VersionDowngrade",
-                )
+        if want is None or have is None:
+            return self.version
+        if want < have:
+            where = f"spec.cluster.aks.kubernetesVersion {self.version}"
+            why = f"older than the control plane's {running}, and AKS cannot downgrade a cluster"
+            self.cloud.warn(f"{where} is {why}, so it stays", reason="VersionDowngrade")
+        if want <= have:
             return self.version
         if any(not runs(version, text(have)) for version in self.pool_versions()):
             return asked if isinstance(asked, str) and runs(running, asked) else text(have)
@@ -351,7 +351,7 @@ class AKSCluster:
             "the cluster's identity and the subnet id",
         )
         # The gateway's load balancer goes while the identity may still manage the subnet.
-        c.outlives.append((SUBNET_ROLE, "gateway"))
+        c.outlives.append((SUBNET_ROLE, RESOURCE_KEYS["gateway"]))
 
     # --- InfiniBand -----------------------------------------------------------------------------
 

@@ -14,9 +14,11 @@ from function.clusters.base import pool_version
 from function.compose import compose_cluster
 from function.inputs import Observed
 from function.output import Output
+from function.serving import GATEWAY_SCHEMA, GATEWAYS
 from tests import charts, nodes
 from tests.builders import all_classes, example
 from tests.sim.providers import conditions
+from tests.sim.workload import inference_gateway
 from tests.unit import sim
 
 
@@ -379,3 +381,24 @@ def test_the_policy_and_reloader_land_on_infiniband_nodes_labelled_by_the_charts
     assert nodes.why_not(as_pod, other) and nodes.why_not(reloader, other)
     bare = nodes.Node(node.pool, {k: v for k, v in node.labels.items() if k not in labels}, [])
     assert nodes.why_not(as_pod, bare)
+
+
+def test_the_subnet_role_outlives_the_gateway_and_its_load_balancer():
+    xr, classes = example("aks-a10")
+    required = {
+        **all_classes(classes),
+        GATEWAYS: [inference_gateway("fleet-a")],
+    }
+    out = sim.converge(xr, required, schemas={GATEWAY_SCHEMA: True})
+    assert "gateway" in out.resources
+    [usage] = [
+        d.body
+        for k, d in out.resources.items()
+        if k.startswith("usage-")
+        and d.body["spec"]["by"]["kind"] == "Object"
+        and d.body["spec"]["of"]["kind"] == "RoleAssignment"
+    ]
+    role = out.resources["subnet-network-contributor"].body["metadata"]["name"]
+    gateway = out.resources["gateway"].body["metadata"]["name"]
+    assert usage["spec"]["of"]["resourceRef"]["name"] == role
+    assert usage["spec"]["by"]["resourceRef"]["name"] == gateway

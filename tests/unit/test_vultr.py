@@ -294,8 +294,8 @@ def test_raising_the_version_upgrades_the_cluster_and_vke_its_pools():
         x["spec"]["cluster"]["vultr"]["kubernetesVersion"] = "v1.99.0+1"
 
     converged, *after = sim.upgrade(xr, all_classes(classes), raise_version)
-    # One change, the cluster's version: VKE upgrades the control plane and its node pools itself
-    # (the provider calls the cluster upgrade API; KubernetesNodePool has no version of its own).
+    # One change, the cluster's version: the provider turns it into VKE's cluster upgrade call,
+    # and a KubernetesNodePool has no version of its own to follow it with.
     assert len(after) == 1
     changed = {c for c in sim.changes(converged, after[0]) if not c[0].startswith("usage")}
     assert changed == {("cluster", "spec.forProvider.version")}
