@@ -97,6 +97,7 @@ def _pool_node(doc: dict, templates: dict[str, dict]) -> Node | None:
 
 def gpu_nodes(docs) -> list[Node]:
     """One node of each GPU pool a cluster's composed resources create."""
+    docs = list(docs)
     templates = {
         d["metadata"]["name"]: d["spec"]["forProvider"]
         for d in docs
