@@ -17,12 +17,13 @@ from function.clusters.base import (
     SYSTEM_LABELS,
     Cloud,
     Pool,
+    minor,
     pool_labels,
     pool_version,
     runs,
     scaling,
+    text,
 )
-from function.clusters.eks_upgrade import minor, text
 from function.clusters.facts import ClusterFacts
 from function.models import AKS
 from function.serving.components import GPU_TOLERATION, RESOURCE_KEYS

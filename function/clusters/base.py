@@ -11,6 +11,7 @@ A `Cloud` collects one reconcile's resources for one cluster and enforces four r
 - `facts()` derives ClusterReady and a wait message a human can act on.
 """
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -379,6 +380,20 @@ def pool_labels(pool: Pool, accelerator: str | None) -> dict[str, str]:
     if accelerator:
         labels[names.GPU_LABEL] = accelerator
     return labels
+
+
+Minor = tuple[int, int]
+_MINOR = re.compile(r"^v?(\d+)\.(\d+)(?:\.|-|$)")
+
+
+def minor(version: object) -> Minor | None:
+    """(1, 36) from "1.36", "1.36.2" or "v1.36.2-eksbuild.1"; None for anything else."""
+    match = _MINOR.match(version) if isinstance(version, str) else None
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def text(version: Minor) -> str:
+    return f"{version[0]}.{version[1]}"
 
 
 def runs(running: str | None, target: str) -> bool:

@@ -12,26 +12,13 @@ it, the add-ons whose version follows Kubernetes; and only then the next minor.
 import re
 from dataclasses import dataclass, field
 
-from function.clusters.base import Cloud
+from function.clusters.base import Cloud, Minor, minor, text
 from function.versions import EKS_ADDON_VERSIONS
-
-Minor = tuple[int, int]
-_MINOR = re.compile(r"^v?(\d+)\.(\d+)(?:\.|-|$)")
-
-
-def minor(version: object) -> Minor | None:
-    """(1, 36) from "1.36", "1.36.2" or "v1.36.2-eksbuild.1"; None for anything else."""
-    match = _MINOR.match(version) if isinstance(version, str) else None
-    return (int(match[1]), int(match[2])) if match else None
 
 
 def release(version: str) -> tuple[int, ...]:
     """v1.35.3-eksbuild.2 -> (1, 35, 3, 2): add-on versions in the order EKS releases them."""
     return tuple(int(n) for n in re.findall(r"\d+", version))
-
-
-def text(version: Minor) -> str:
-    return f"{version[0]}.{version[1]}"
 
 
 @dataclass

@@ -16,7 +16,6 @@ installs the driver, so the NVIDIA DRA driver is the only allocator of the GPUs.
 """
 
 import functools
-import re
 from pathlib import Path
 
 import yaml
@@ -28,8 +27,10 @@ from function.clusters.base import (
     Cloud,
     Pool,
     Scaling,
+    minor,
     pool_labels,
     scaling,
+    text,
 )
 from function.clusters.facts import ClusterFacts
 from function.models import GKE
@@ -71,7 +72,6 @@ NODE_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregist
 KEY_SECRET_KEY = "private_key"  # noqa: S105 - the name of a key in a Secret
 IDENTITY_TYPE = "GoogleApplicationCredentials"
 # 1.<minor>, then anything (a patch, a GKE build).
-MINOR = re.compile(r"^1\.(\d+)(?:\.|$)")
 IMAGE = "COS_CONTAINERD"
 SYSTEM_MACHINE_TYPE = "e2-standard-4"
 # A regional cluster without node locations runs a pool in (usually) three zones.
@@ -264,8 +264,8 @@ class GKECluster:
         seen = self.master_version()
         if seen is None:  # not observed: hold what the control plane was asked for, if anything
             return self.seen("cluster", "minMasterVersion") or self.version
-        want, have = _minor(self.version), _minor(seen)
-        if want is None or have is None or want <= have + 1:
+        want, have = minor(self.version), minor(seen)
+        if want is None or have is None or want <= (have[0], have[1] + 1):
             if want is not None and have is not None and want < have:
                 self.cloud.warn(
                     f"spec.cluster.gke.kubernetesVersion {self.version} is older than the control "
@@ -273,7 +273,7 @@ class GKECluster:
                     reason="VersionDowngrade",
                 )
             return self.version
-        step = f"1.{have + 1}"
+        step = text((have[0], have[1] + 1))
         self.cloud.warn(
             f"spec.cluster.gke.kubernetesVersion {self.version}: the control plane is at {seen} "
             f"and GKE upgrades one minor version at a time; upgrading to {step} first",
@@ -525,11 +525,6 @@ class GKECluster:
             "the VPC network and the Filestore API",
         )
         return STORAGE_CLASS if key in c.resources else None
-
-
-def _minor(version: str | None) -> int | None:
-    match = MINOR.match(version or "")
-    return int(match.group(1)) if match else None
 
 
 def initial_per_zone(size: Scaling, zones: int) -> int:
