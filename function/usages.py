@@ -2,7 +2,8 @@
 
 - Within the stack, whatever a component comes `after` outlives it: the Gateway goes before its
   GatewayClass before the Envoy Gateway release, Certificates and Issuers before cert-manager,
-  Queues before the KAI Scheduler.
+  Queues before the KAI Scheduler. A component outlives what it `watches`: the Gateway goes
+  before the watch on its Service, which waits for the cloud's load balancer to be gone.
 - The cluster outlives the stack: its kubeconfig's writer is used by every stack component that
   comes after nothing, and through the chain above by every other one, so the stack uninstalls
   (and its load balancer goes) while the API server is still there.
@@ -52,6 +53,8 @@ def edges(
             continue
         ofs = [RESOURCE_KEYS[d] for d in c.after] if c.after else list(anchors)
         out += [Edge(of, c.resource_key) for of in ofs if of in desired]
+        watched = [RESOURCE_KEYS[w] for w in c.watches]
+        out += [Edge(c.resource_key, by) for by in watched if by in desired]
     return out
 
 

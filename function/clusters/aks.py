@@ -352,7 +352,7 @@ class AKSCluster:
             "the cluster's identity and the subnet id",
         )
         # The gateway's load balancer goes while the identity may still manage the subnet.
-        c.outlives.append((SUBNET_ROLE, RESOURCE_KEYS["gateway"]))
+        c.outlives.append((SUBNET_ROLE, RESOURCE_KEYS["gateway-load-balancer"]))
 
     # --- InfiniBand -----------------------------------------------------------------------------
 

@@ -89,7 +89,14 @@ class EKSCluster:
         if efa:
             self.efa_dra_driver(provider_config)
         storage_class = self.storage_class(provider_config)
-        return c.facts(provider_config, storage_class)
+        facts = c.facts(provider_config, storage_class)
+        # The gateway's Service gets a Network Load Balancer from EKS's cloud provider, as the
+        # EKS User Guide ("Route TCP and UDP traffic with Network Load Balancers") has it when
+        # the AWS Load Balancer Controller is not installed; without it, a Classic one.
+        facts.load_balancer_annotations = (
+            ("service.beta.kubernetes.io/aws-load-balancer-type", "nlb"),
+        )
+        return facts
 
     def mr(self, key: str, api: str, kind: str, name: str, for_provider: dict, **kw) -> dict:
         """A managed resource in this cluster's region."""

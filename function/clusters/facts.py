@@ -22,6 +22,8 @@ class ClusterFacts:
     # Resource keys of what installs that driver: the stack's DRA driver is first created once they
     # are Ready.
     nvidia_driver_installers: tuple[str, ...] = ()
+    # Annotations of the gateway's LoadBalancer Service, for the cloud's load balancer.
+    load_balancer_annotations: tuple[tuple[str, str], ...] = ()
     # Resources the serving stack needs alive until it is uninstalled: the kubeconfig's writer.
     anchors: tuple[str, ...] = ()
     # (of, by) resource keys: within the cluster, of outlives by.

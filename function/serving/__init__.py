@@ -2,8 +2,9 @@
 
 Rules the engine applies to every component (function/serving/components.py):
 - nothing goes on the cluster before both of its ProviderConfigs are observed;
-- a component is first composed once every component it comes `after` is Ready (their CRDs and
-  objects exist), and is never dropped afterwards;
+- a component is first composed once every component it comes `after` or `watches` is Ready
+  (their CRDs and objects exist), and is never dropped afterwards; a watcher of a component
+  withheld for now is withheld with it;
 - a builder that has nothing to say this time (no client CA yet) keeps what exists as it is;
 - readiness is each resource's own observed Ready condition (provider-kubernetes derives it from
   the component's readiness query).
@@ -68,6 +69,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         hostname=gateway.hostname(inputs.xr.name),
         nvidia_driver_root=cluster.nvidia_driver_root,
         client_cas=cas,
+        load_balancer_annotations=load_balancer_annotations(inputs, cluster),
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
     table = components(ctx.stack, inputs.xr.spec.cluster.source)
@@ -83,12 +85,11 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
             else:
                 facts.resources[key] = Desired(as_desired(seen.body), ready=seen.ready)
             continue
+        if seen is None and any(RESOURCE_KEYS[w] in withheld for w in component.watches):
+            withheld.append(key)
+            continue
         if seen is None:  # first composed once reachable and what it comes after is Ready
-            blocked = [d for d in component.after if not _ready(observed.get(RESOURCE_KEYS[d]))]
-            if component.key == DRA_DRIVER:  # the node driver a cloud installs itself comes first
-                blocked += [
-                    k for k in cluster.nvidia_driver_installers if not _ready(observed.get(k))
-                ]
+            blocked = _blocked(component, observed, cluster)
             if not reachable or blocked:
                 pending[key] = ", ".join(blocked) if reachable else "ProviderConfigs"
                 continue
@@ -124,6 +125,17 @@ def components(stack: str, source: str) -> tuple[Component, ...]:
     return tuple(
         c for c in COMPONENTS if stack in c.stacks and (c.sources is None or source in c.sources)
     )
+
+
+def load_balancer_annotations(inputs: Inputs, cluster: ClusterFacts) -> tuple[tuple[str, str], ...]:
+    """The cloud's annotations for the gateway's Service, except on an EnvoyProxy composed
+    without them: a live Service's load balancer type never changes, because the AWS cloud
+    provider then creates a new load balancer and leaks the old one
+    (kubernetes/cloud-provider-aws#1254)."""
+    seen = inputs.observed.resources.get("gateway-proxy")
+    if seen is None:
+        return cluster.load_balancer_annotations
+    return gateway.service_annotations(seen.get("spec", "forProvider", "manifest"))
 
 
 def unplaced_gpu_plugin(inputs: Inputs) -> list[Result]:
@@ -209,10 +221,19 @@ def _make_body(component: Component, built: dict, ctx: Context, provider_config:
         component.key,
         built,
         provider_config,
-        policies=["Observe"] if component.observe_only else None,
+        policies=list(component.policies) if component.policies else None,
         ready_when=component.ready_when,
         watch=component.key.startswith("gateway"),
     )
+
+
+def _blocked(component: Component, observed, cluster: ClusterFacts) -> list[str]:
+    """What a component not composed yet still waits for."""
+    needs = (*component.after, *component.watches)
+    blocked = [d for d in needs if not _ready(observed.get(RESOURCE_KEYS[d]))]
+    if component.key == DRA_DRIVER:  # the node driver a cloud installs itself comes first
+        blocked += [k for k in cluster.nvidia_driver_installers if not _ready(observed.get(k))]
+    return blocked
 
 
 def _ready(seen) -> bool:

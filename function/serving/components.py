@@ -3,7 +3,8 @@
 A component is a Helm chart (a provider-helm Release) or one manifest (a provider-kubernetes
 Object). `after` names the components that must be Ready before it is first created, because it
 needs their CRDs or their objects; the same edges order deletion (issue: Usages), so whatever a
-component comes after also outlives it. Versions live in function/versions.py.
+component comes after also outlives it. `watches` names components whose objects it looks at:
+it is first created once they are Ready and outlives them. Versions live in function/versions.py.
 """
 
 import functools
@@ -14,12 +15,18 @@ from pathlib import Path
 import yaml
 
 from function import names, wire
+from function.models import CLOUD_BLOCKS
 from function.serving import gateway
 from function.versions import CHARTS, IMAGES
 
 STANDARD, DYNAMO = "Standard", "Dynamo"
 BOTH = frozenset({STANDARD, DYNAMO})
 EXISTING = "Existing"
+PROVISIONED = frozenset(CLOUD_BLOCKS) - {EXISTING}
+# provider-kubernetes management policies (crossplane-runtime's supported sets): read only, or
+# read and delete what another controller made.
+OBSERVE = ("Observe",)
+OBSERVE_DELETE = ("Observe", "Delete")
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 CRDS = Path(__file__).parent / "crds"
 MODELEXPRESS = "modelexpress-server"
@@ -36,6 +43,8 @@ class Context:
     nvidia_driver_root: str
     # The InferenceGateways' client CAs; None while Crossplane has not answered yet.
     client_cas: tuple[gateway.ClientCA, ...] | None
+    # What the gateway's Service carries for the cloud's load balancer.
+    load_balancer_annotations: tuple[tuple[str, str], ...] = ()
 
 
 # A builder returns the manifest (or chart values), or None for "not now": a component already
@@ -48,6 +57,7 @@ class Component:
     key: str
     build: Build
     after: tuple[str, ...] = ()
+    watches: tuple[str, ...] = ()
     stacks: frozenset[str] = BOTH
     # The cluster sources it goes on (None: every one).
     sources: frozenset[str] | None = None
@@ -55,7 +65,8 @@ class Component:
     # Charts: helm --wait. Manifests: a CEL readiness query over the remote object.
     wait: bool = False
     ready_when: str | None = None
-    observe_only: bool = False
+    # Objects: provider-kubernetes management policies (None: it manages the object whole).
+    policies: tuple[str, ...] | None = None
     # What build always returns, when it is not built from the cluster's context.
     fixed: dict | None = None
 
@@ -409,7 +420,7 @@ def table() -> tuple[Component, ...]:
             DRA_KUBELET_PLUGIN,
             after=("nvidia-dra-driver",),
             sources=frozenset({EXISTING}),
-            observe_only=True,
+            policies=OBSERVE,
         ),
         # The gateway's CA and certificates.
         manifest(
@@ -440,11 +451,13 @@ def table() -> tuple[Component, ...]:
             "gateway-ca-configmap",
             gateway.ca_configmap(),
             after=("gateway-ca-bundle",),
-            observe_only=True,
+            policies=OBSERVE,
         ),
         # The gateway itself, closed until an InferenceGateway can authenticate to it.
         manifest(
-            "gateway-proxy", gateway.envoy_proxy(), after=("envoy-gateway", "gateway-namespace")
+            "gateway-proxy",
+            lambda ctx: gateway.envoy_proxy(ctx.load_balancer_annotations),
+            after=("envoy-gateway", "gateway-namespace"),
         ),
         manifest("gateway-class", gateway.gateway_class(), after=("gateway-proxy",)),
         manifest(
@@ -463,6 +476,16 @@ def table() -> tuple[Component, ...]:
             _when_clients(lambda ctx: gateway.gateway(ctx.hostname)),
             after=("gateway-class", "gateway-serving-certificate", "gateway-client-cas"),
             ready_when=gateway.GATEWAY_HAS_ADDRESS,
+        ),
+        # A cloud's load balancer outlives its cluster unless its Service goes first: deleting
+        # the stack waits for it, so the cluster and its network are deleted after it.
+        manifest(
+            "gateway-load-balancer",
+            gateway.load_balancer(),
+            after=("envoy-gateway",),
+            watches=("gateway",),
+            sources=PROVISIONED,
+            policies=OBSERVE_DELETE,
         ),
         # Standard: multi-node engines as LeaderWorkerSets.
         chart("leader-worker-set", {}, stacks=frozenset({STANDARD})),

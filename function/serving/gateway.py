@@ -9,9 +9,12 @@
   references. Without any, the Gateway is not composed at all: closed, and the hostname withheld.
 """
 
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from function import names
+from function.versions import CHARTS
 
 NAMESPACE = names.SYSTEM_NAMESPACE
 GATEWAY = "inference-gateway"
@@ -157,17 +160,52 @@ def client_ca_configmap(cas: tuple[ClientCA, ...]) -> dict:
     }
 
 
-def envoy_proxy() -> dict:
-    """The data plane's Service keeps client traffic policy Cluster (Nebius rejects Local)."""
+def envoy_proxy(service_annotations: Iterable[tuple[str, str]] = ()) -> dict:
+    """The data plane's Service keeps client traffic policy Cluster (Nebius rejects Local) and
+    carries the annotations the cloud's load balancer wants (an NLB on EKS)."""
+    service: dict = {"externalTrafficPolicy": "Cluster"}
+    if service_annotations:
+        service["annotations"] = dict(service_annotations)
     return {
         "apiVersion": ENVOY_GATEWAY,
         "kind": "EnvoyProxy",
         "metadata": {"name": GATEWAY, "namespace": NAMESPACE},
-        "spec": {
-            "provider": {
-                "type": "Kubernetes",
-                "kubernetes": {"envoyService": {"externalTrafficPolicy": "Cluster"}},
-            }
+        "spec": {"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": service}}},
+    }
+
+
+def service_annotations(envoy_proxy_manifest: object) -> tuple[tuple[str, str], ...]:
+    """The Service annotations an EnvoyProxy manifest was composed with."""
+    node = envoy_proxy_manifest
+    for step in ("spec", "provider", "kubernetes", "envoyService", "annotations"):
+        node = node.get(step) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in node.items()))
+
+
+def envoy_service_name() -> str:
+    """The name Envoy Gateway v1.8.3 gives the Gateway's Service in its own namespace:
+    "envoy-" + GetHashedName("<namespace>/<gateway>", 48) (internal/infrastructure/kubernetes/
+    proxy/resource.go ExpectedResourceHashedName, internal/utils/misc.go GetHashedName)."""
+    key = f"{NAMESPACE}/{GATEWAY}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    name = key.replace("/", "-")
+    if len(name) > 48:
+        name = name[:48].removesuffix("-")
+    return f"envoy-{name}-{digest}"
+
+
+def load_balancer() -> dict:
+    """The Gateway's Service, as Envoy Gateway makes it: watched (Observe and Delete) so that
+    deleting the stack waits until the cloud's load balancer behind it is gone (the Service
+    keeps its service.kubernetes.io/load-balancer-cleanup finalizer until then)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": envoy_service_name(),
+            "namespace": CHARTS["envoy-gateway"].namespace,
         },
     }
 

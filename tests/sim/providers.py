@@ -275,7 +275,7 @@ def _vke_node_pool(body: dict, world: World) -> dict:
 def _object(body: dict, world: World) -> dict:
     """provider-kubernetes reports the remote object, status and all."""
     spec = body.get("spec", {})
-    observe_only = spec.get("managementPolicies") == ["Observe"]
+    observe_only = not {"*", "Create"} & set(spec.get("managementPolicies") or ["*"])
     manifest = spec.get("forProvider", {}).get("manifest", {})
     return {"manifest": workload.remote_object(manifest, observe_only, world.gateway_address)}
 

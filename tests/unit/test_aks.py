@@ -390,7 +390,7 @@ def test_the_subnet_role_outlives_the_gateway_and_its_load_balancer():
         GATEWAYS: [inference_gateway("fleet-a")],
     }
     out = sim.converge(xr, required, schemas={GATEWAY_SCHEMA: True})
-    assert "gateway" in out.resources
+    assert "gateway-load-balancer" in out.resources
     [usage] = [
         d.body
         for k, d in out.resources.items()
@@ -399,6 +399,6 @@ def test_the_subnet_role_outlives_the_gateway_and_its_load_balancer():
         and d.body["spec"]["of"]["kind"] == "RoleAssignment"
     ]
     role = out.resources["subnet-network-contributor"].body["metadata"]["name"]
-    gateway = out.resources["gateway"].body["metadata"]["name"]
+    watch = out.resources["gateway-load-balancer"].body["metadata"]["name"]
     assert usage["spec"]["of"]["resourceRef"]["name"] == role
-    assert usage["spec"]["by"]["resourceRef"]["name"] == gateway
+    assert usage["spec"]["by"]["resourceRef"]["name"] == watch

@@ -318,3 +318,78 @@ def test_only_existing_clusters_observe_where_the_plugin_runs():
     assert "dra-kubelet-plugin" in existing_keys
     for source in ("GKE", "EKS", "AKS", "Nebius", "Vultr"):
         assert "dra-kubelet-plugin" not in {c.key for c in serving.components(STANDARD, source)}
+
+
+# --- the gateway's load balancer ------------------------------------------------------------------
+
+
+def provisioned(name: str, gateways: list[dict] | None = None):
+    xr, classes = example(name)
+    req = required(classes, [inference_gateway("fleet-a")] if gateways is None else gateways)
+    req["cloud-provider-config"] = provider_configs(name)
+    return xr, req, sim.converge(xr, req, None, INSTALLED)
+
+
+def envoy_service(out) -> dict:
+    proxy = out.resources["gateway-proxy"].body["spec"]["forProvider"]["manifest"]
+    return proxy["spec"]["provider"]["kubernetes"]["envoyService"]
+
+
+def test_the_watched_service_is_the_one_envoy_gateway_makes():
+    # Envoy Gateway v1.8.3: "envoy-" + "<ns>-<name>-" + sha256("<ns>/<name>")[:8], in its own
+    # namespace; the digest checked with `echo -n modelplane-system/inference-gateway | sha256sum`.
+    assert gateway.load_balancer()["metadata"] == {
+        "name": "envoy-modelplane-system-inference-gateway-5dbfd6c0",
+        "namespace": "envoy-gateway-system",
+    }
+
+
+@pytest.mark.parametrize("name", ["eks-on-demand", "gke", "aks", "nebius", "vultr"])
+def test_a_provisioned_cluster_watches_the_gateway_service_once_the_gateway_is_ready(name):
+    xr, req, out = provisioned(name)
+    watch = out.resources["gateway-load-balancer"].body
+    assert watch["spec"]["managementPolicies"] == ["Observe", "Delete"]
+    assert watch["spec"]["forProvider"]["manifest"] == gateway.load_balancer()
+    # Not before the Gateway is Ready: the Service does not exist until Envoy Gateway makes it.
+    again = compose_cluster(xr, req, reported(out, drop_status=("gateway",)), INSTALLED)
+    assert "gateway-load-balancer" in again.resources  # kept once composed
+    fresh = reported(out, drop_status=("gateway",))
+    del fresh.resources["gateway-load-balancer"]
+    waiting = compose_cluster(xr, req, fresh, INSTALLED)
+    assert "gateway-load-balancer" not in waiting.resources
+    assert "gateway" in condition(waiting, "BackendReady").message
+
+
+def test_a_closed_gateway_has_no_service_to_watch_and_the_stack_waits_for_clients():
+    _, _, out = provisioned("gke", gateways=[])
+    assert "gateway" not in out.resources and "gateway-load-balancer" not in out.resources
+    backend = condition(out, "BackendReady")
+    assert (backend.status, backend.reason) == (False, "WaitingForClients")
+
+
+def test_an_existing_cluster_does_not_wait_for_its_load_balancer():
+    _, _, out = converged()
+    assert "gateway" in out.resources and "gateway-load-balancer" not in out.resources
+
+
+def test_eks_asks_for_a_network_load_balancer_and_the_others_for_their_default():
+    _, _, eks = provisioned("eks-on-demand")
+    assert envoy_service(eks)["annotations"] == {
+        "service.beta.kubernetes.io/aws-load-balancer-type": "nlb"
+    }
+    for name in ("gke", "aks", "nebius", "vultr"):
+        assert "annotations" not in envoy_service(provisioned(name)[2]), name
+    assert "annotations" not in envoy_service(converged()[2])
+
+
+def test_a_composed_envoy_proxy_keeps_the_load_balancer_it_has():
+    xr, req, out = provisioned("eks-on-demand")
+    before = reported(out)
+    manifest = before.resources["gateway-proxy"].body["spec"]["forProvider"]["manifest"]
+    del manifest["spec"]["provider"]["kubernetes"]["envoyService"]["annotations"]
+    # A Service made with a Classic Load Balancer keeps it: adding the NLB annotation would
+    # make a second load balancer and leak the first (kubernetes/cloud-provider-aws#1254).
+    kept = compose_cluster(xr, req, before, INSTALLED)
+    assert "annotations" not in envoy_service(kept)
+    again = compose_cluster(xr, req, reported(out), INSTALLED)
+    assert envoy_service(again) == envoy_service(out)

@@ -188,3 +188,25 @@ def test_consumer_kinds_not_installed_are_never_listed():
     out = compose_cluster(xr, all_classes(classes), sim.Observed(), schemas)
     assert not {"model-replicas", "model-routes", "model-caches"} & set(out.requirements)
     assert set(out.schemas) >= {"model-replicas-kind", "model-routes-kind", "model-caches-kind"}
+
+
+@pytest.mark.parametrize(
+    ("name", "world"),
+    [("eks", CAPACITY), ("gke", None), ("aks", None), ("nebius", None), ("vultr", None)],
+)
+def test_the_cloud_load_balancer_is_gone_before_the_cluster_and_its_network(name, world):
+    _, out = converged(name, world=world)
+    pairs = order(out)
+    watch = "gateway-load-balancer"
+    # The Gateway goes first (Envoy Gateway stops remaking the Service), then the watch deletes
+    # the Service and waits for its load balancer; Envoy Gateway and the cluster outlive it.
+    assert ("gateway-load-balancer", "gateway") in pairs
+    assert outlives(pairs, "release-envoy-gateway", watch)
+    assert outlives(pairs, "cluster", watch)
+    assert not outlives(pairs, watch, "release-envoy-gateway")
+    if name == "eks":
+        network = [k for k in out.resources if k.startswith("subnet-")]
+        for key in ("internet-gateway", "route-public-default", *network):
+            assert outlives(pairs, key, watch), key
+    if name == "aks":
+        assert outlives(pairs, "subnet-network-contributor", watch)
