@@ -23,7 +23,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import json_format
 
-from function import fn, wire
+from function import caches, fn, wire
 from function.compose import compose_cluster
 from function.fn import FunctionRunner
 from function.output import Output
@@ -130,10 +130,10 @@ def test_answers_are_byte_identical_whatever_the_function_remembers():
     case = worst_case()
     reconcile = Reconcile(steady_state(case), case.asked)
     runner = FunctionRunner()
-    fn.forget()
+    caches.forget()
     _, sent, fresh = run_reconcile(runner.answer, reconcile)
     assert [runner.answer(r) for r in sent][-1] == fresh
-    fn.forget()
+    caches.forget()
     assert [runner.answer(r) for r in sent][-1] == fresh
     xr, required = case.xr, {**case.bootstrap, **case.asked}
     observed = fn.observed(wire.Request(sent[-1]), xr)
@@ -155,7 +155,7 @@ def reconciled_worst_case(tags: str) -> tuple[str, FunctionRunner, list[bytes], 
     logging.configure(logging.Level.DISABLED)
     case = worst_case()
     runner = FunctionRunner()
-    fn.forget()
+    caches.forget()
     first = steady_state(case)
     if tags == "render":
         first.meta.ClearField("tag")
@@ -177,15 +177,15 @@ def test_answers_are_byte_identical_in_any_map_order(tags):
     orders = {goorder.shuffled(sent[-1], seed) for seed in range(6)}
     assert len(orders) == 6
     # What was read of each observed resource is reused, though its bytes are new.
-    where = [(name, key) for key in last.observed if fn.SEEN.find((name, key))]
-    read = [fn.SEEN.find(w) for w in where]
+    where = [(name, key) for key in last.observed if caches.SEEN.find((name, key))]
+    read = [caches.SEEN.find(w) for w in where]
     assert len(read) > 100
-    fn.TAGGED.clear()
+    caches.TAGGED.clear()
     assert runner.answer(next(iter(orders))) == expected
-    assert [fn.SEEN.find(w)[2] for w in where] == [r[2] for r in read]
+    assert [caches.SEEN.find(w)[2] for w in where] == [r[2] for r in read]
     for data in orders:
         assert runner.answer(data) == expected
-        fn.forget()
+        caches.forget()
         assert runner.answer(data) == expected
     assert wire.Request(data).observed.keys() == last.observed.keys()
 
@@ -194,12 +194,12 @@ def test_a_tagged_steady_reconcile_is_answered_without_reading_what_it_observes(
     """Equal tags, equal requests: a reconcile Crossplane tags as before is answered with the
     same bytes without reading its composite or any observed resource again."""
     _, runner, sent, expected = reconciled_worst_case("crossplane")
-    fn.COMPOSED.clear()
-    fn.SEEN.clear()
+    caches.COMPOSED.clear()
+    caches.SEEN.clear()
     orders = [goorder.shuffled(data, seed) for seed in range(3) for data in sent]
     assert [runner.answer(data) for data in orders][-1] == expected
-    assert len(fn.SEEN._items) == 0
-    assert len(fn.COMPOSED._items) == 0
+    assert len(caches.SEEN) == 0
+    assert len(caches.COMPOSED) == 0
 
 
 def test_answers_kept_by_tag_do_not_hold_their_compositions():
@@ -212,7 +212,7 @@ def test_answers_kept_by_tag_do_not_hold_their_compositions():
         assert not ready(runner.answer(as_sent(req, "crossplane")), "vpc")
     gc.collect()
     compositions = [o for o in gc.get_objects() if isinstance(o, Output)]
-    assert len(fn.TAGGED._items) == 14
+    assert len(caches.TAGGED) == 14
     assert len(compositions) <= 3
 
 
@@ -307,7 +307,7 @@ def test_a_kept_composition_is_answered_only_for_what_it_was_made_from(change, s
     change(req)
     data = as_sent(req, tags)
     warm = runner.answer(data)
-    fn.forget()
+    caches.forget()
     assert runner.answer(data) == warm
     assert (untagged(warm) != untagged(steady)) == shows
     assert runner.answer(sent[-1]) == steady
@@ -339,7 +339,7 @@ def test_a_tag_vouches_only_for_what_crossplane_hashed(change, call):
     change(req)
     data = req.SerializeToString()
     warm = runner.answer(data)
-    fn.forget()
+    caches.forget()
     assert runner.answer(data) == warm
     assert warm != before
     assert runner.answer(sent[call]) == before

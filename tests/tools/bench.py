@@ -59,7 +59,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FileDescriptor
 
-from function import fn, wire
+from function import caches, wire
 from function.compose import compose_cluster
 from function.fn import FunctionRunner
 from function.inputs import Observed, ObservedResource
@@ -564,9 +564,9 @@ def cold_start(reconcile: Reconcile) -> float:
 # What each kind of reconcile forgets first (not timed).
 FORGETS = {
     "steady": lambda: None,
-    "new-tag": fn.TAGGED.clear,
-    "made": lambda: (fn.TAGGED.clear(), fn.COMPOSED.clear()),
-    "cold": fn.forget,
+    "new-tag": caches.TAGGED.clear,
+    "made": lambda: (caches.TAGGED.clear(), caches.COMPOSED.clear()),
+    "cold": caches.forget,
 }
 
 
