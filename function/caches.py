@@ -29,7 +29,6 @@ key order, so equal content is equal bytes).
 """
 
 import marshal
-import os
 import re
 import time
 from collections import OrderedDict
@@ -42,9 +41,10 @@ from function.output import Output
 
 MIB = 1 << 20
 BUDGET_ENV = "FUNCTION_CACHE_MIB"
-# Enough for 256 clusters of the largest shape (EKS, 8 pools, Dynamo: 0.6 MiB of entries each),
-# or 1000 small ones (`make bench`'s fleet column; README "Performance").
-DEFAULT_BUDGET_MIB = 256
+# Room for 512 clusters of the largest shape (EKS, 8 pools, Dynamo: 1.0 MiB of entries each) or
+# 1300 small ones (Existing: 0.4 MiB); the process grows by about 70 % of what its entries weigh
+# (`make bench`'s fleet column; README "Performance").
+DEFAULT_BUDGET_MIB = 512
 IDLE_SECONDS = 10 * 60
 # A converted dict takes about seven times its marshal dump in memory (measured on the largest
 # cluster's bodies with sys.getsizeof, item by item).
@@ -74,9 +74,12 @@ class Store:
             cache.drop_idle(cutoff)
 
     def make_room(self) -> None:
-        """Drop the entries used longest ago, in whichever cache, until the budget holds."""
+        """Drop the entries used longest ago, in whichever cache, until the budget holds; those
+        of a cache kept last (answers by tag) only once the others hold nothing."""
         while self.held > self.budget:
-            holding = [c for c in self.caches if c]
+            holding = [c for c in self.caches if c and not c.kept_last] or [
+                c for c in self.caches if c
+            ]
             if not holding:
                 return
             min(holding, key=Cache.coldest).drop_coldest()
@@ -86,27 +89,29 @@ class Store:
             cache.clear()
 
 
-def budget_from_env() -> int:
-    """The budget FUNCTION_CACHE_MIB gives, in bytes (the CLI flag overrides it)."""
-    value = os.environ.get(BUDGET_ENV, "")
-    return int(value) * MIB if value.strip().isdigit() else DEFAULT_BUDGET_MIB * MIB
-
-
-STORE = Store(budget_from_env())
+# The budget is set by the CLI (--cache-mib, or FUNCTION_CACHE_MIB).
+STORE = Store(DEFAULT_BUDGET_MIB * MIB)
 
 
 class Cache:
     """A map whose entries count against the store's budget, least recently used dropped first.
 
     weigh(key, value) is what an entry holds in bytes (an estimate from its encoded size, cheap
-    to take: it is taken once, when the entry is put).
+    to take: it is taken once, when the entry is put). A cache kept last gives up entries only
+    when no other cache holds any.
     """
 
     def __init__(
-        self, name: str, weigh: Callable[[Any, Any], int], store: Store | None = None
+        self,
+        name: str,
+        weigh: Callable[[Any, Any], int],
+        store: Store | None = None,
+        *,
+        kept_last: bool = False,
     ) -> None:
         self.name = name
         self.weigh = weigh
+        self.kept_last = kept_last
         self.store = store or STORE
         self.store.caches.append(self)
         self._items: OrderedDict[Any, list] = OrderedDict()  # key -> [value, size, last used]
@@ -205,8 +210,9 @@ class Answer:
 # cluster's reconcile is then known without reading what it observes. A tag that is not a SHA-256
 # (a hand-made request's; crossplane render sends none) vouches for nothing. Only the encoded
 # answer is kept: a cluster that changes leaves a trail of old tags behind, which must not hold
-# its compositions.
-TAGGED = Cache("answers by tag", lambda key, answer: _bytes(key[0], *answer.parts))
+# its compositions. Kept last when the budget is short: a steady reconcile needs nothing else, and
+# an answer is the smallest thing kept of a cluster (a sixth of the largest one's entries).
+TAGGED = Cache("answers by tag", lambda key, answer: _bytes(key[0], *answer.parts), kept_last=True)
 _CONTENT_HASH = re.compile(r"[0-9a-f]{64}")
 
 
@@ -282,11 +288,22 @@ def _still(made: Made, given: tuple, observed: Mapping[str, bytes]) -> bool:
 # --- what is observed and required ---------------------------------------------------------------
 
 
+# Composites converted (identity, spec and status), by version: both calls of a reconcile carry
+# the same composite, and so does every reconcile until the XR is written (its resourceVersion
+# changes with every write, its status included). Without a version, converted afresh.
+COMPOSITES = Cache("composites", lambda key, _: 64 * DICT_WEIGHT + key[2])
+
+
+def composite(data: bytes, convert: Callable[[], dict]) -> dict:
+    version = wire.version(data)
+    return convert() if version is None else COMPOSITES.get(version, convert)
+
+
 # Observed resources as last read, by composite and resource name. Crossplane sends every observed
 # resource on every call, the same until a provider or the API server changes it: what was read
 # of one is read once. Kept by name, a lookup never hashes a body: the same bytes, or the same
 # version (wire.version) in new bytes, is the same resource.
-SEEN = Cache("observed resources", lambda _, kept: 2 * len(kept[0]))
+SEEN = Cache("observed resources", lambda _, kept: len(kept[0]) + len(kept[0]) // 8)
 
 
 def seen(where: tuple, data: bytes, wrap: Callable[[bytes], Any]) -> tuple[Any, tuple | bytes]:
@@ -333,9 +350,7 @@ class Structs:
         self._content = Cache(
             "encoded by content", lambda key, data: len(key[-1]) + len(data), store
         )
-        self._shared = Cache(
-            "encoded shared bodies", lambda _, kept: len(kept[3]) * (1 + DICT_WEIGHT), store
-        )
+        self._shared = Cache("encoded shared bodies", lambda _, kept: len(kept[3]) * 5 // 2, store)
 
     def encoded(self, body: dict) -> bytes:
         return self._content.get((marshal.dumps(body),), lambda: wire.struct_message(body))
@@ -361,17 +376,17 @@ ENCODED = Structs()
 
 # InferenceCluster and InferenceClass models by the content they were validated from (a model is
 # frozen): a cluster and its classes are the same from one call to the next.
-PARSED = Cache("validated models", lambda key, _: DICT_WEIGHT * len(key[1]))
+PARSED = Cache("validated models", lambda key, _: 2 * len(key[1]))
 
 # The serving stack's bodies by what they are made of (component, cluster, ProviderConfig, and
 # the built values by content, or a fixed manifest by identity, which the component table holds
 # for good): a cluster's stack is the same from one reconcile to the next, so each body is made
 # once and shared (never changed once made).
-BODIES = Cache("stack bodies", lambda key, _: DICT_WEIGHT * (len(key[-1] or b"") + 400))
+BODIES = Cache("stack bodies", lambda key, _: 2 * len(key[-1] or b""))
 
 # Usages by what they name (cluster, edge, both ends' apiVersion, kind and name): the same from
 # one reconcile to the next, made once and shared.
-USAGES = Cache("usages", lambda key, _: 2000 + _bytes(*key))
+USAGES = Cache("usages", lambda key, _: _bytes(*key))
 
 
 def forget() -> None:

@@ -134,7 +134,7 @@ def answered(req: wire.Request) -> Answer:
 
 
 def made_for(req: wire.Request, handed: dict[str, tuple]) -> Answer:
-    composite = composite_of(req.composite)
+    composite = composite_of(req.composite_data)
     kind = composite.get("kind")
     name = composite.get("metadata", {}).get("name")
     out = run(kind, composite, req, handed)
@@ -155,16 +155,27 @@ def run(kind: str | None, composite: dict, req: wire.Request, handed: dict[str, 
 _COMPOSITE_FIELDS = ("apiVersion", "kind", "spec", "status")
 
 
-def composite_of(composite: wire.Resource | None) -> dict:
-    """The composite's identity, spec and status as a dict of its own. Converted on every call:
-    Crossplane writes its maps in a new order each time, so its bytes never repeat."""
-    if composite is None:
+def composite_of(data: bytes) -> dict:
+    """The composite's identity, spec and status as a dict of its own (never changed: it is
+    kept by version for the next call, caches.composite).
+
+    Without the status's conditions: the function never reads them (Crossplane sets them from
+    the answer), and Crossplane marks some in memory before it calls (WatchCircuitClosed, with
+    the time), so they are not what the composite's resourceVersion stands for.
+    """
+    if not data:
         return {}
-    body = composite.body
-    out = {k: wire.lookup(body, (k,)) for k in _COMPOSITE_FIELDS if k in body}
-    name = wire.lookup(body, ("metadata", "name"))
-    out["metadata"] = {"name": name} if isinstance(name, str) else {}
-    return out
+
+    def convert() -> dict:
+        body = wire.Resource(data).body
+        out = {k: wire.lookup(body, (k,)) for k in _COMPOSITE_FIELDS if k in body}
+        if isinstance(out.get("status"), dict):
+            out["status"].pop("conditions", None)
+        name = wire.lookup(body, ("metadata", "name"))
+        out["metadata"] = {"name": name} if isinstance(name, str) else {}
+        return out
+
+    return caches.composite(data, convert)
 
 
 _MISSING = object()

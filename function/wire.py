@@ -378,6 +378,11 @@ class Request:
         return Resource(data) if data else None
 
     @property
+    def composite_data(self) -> bytes:
+        """The observed composite as Resource message bytes (empty when there is none)."""
+        return self._state.composite
+
+    @property
     def observed(self) -> Mapping[str, bytes]:
         """Observed composed resources by name, as Resource message bytes."""
         return self._state.resources

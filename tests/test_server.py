@@ -262,7 +262,10 @@ def test_an_observed_resource_that_changes_is_read_again(resource_version, tags)
 
 
 def scaled(req: fnv1.RunFunctionRequest) -> None:
-    req.observed.composite.resource["spec"]["nodePools"][0]["maxNodeCount"] = 3
+    """A spec change, written as the API server writes it: under a new resourceVersion."""
+    composite = req.observed.composite.resource
+    composite["spec"]["nodePools"][0]["maxNodeCount"] = 3
+    composite["metadata"]["resourceVersion"] = "48214"
 
 
 def classes_gone(req: fnv1.RunFunctionRequest) -> None:

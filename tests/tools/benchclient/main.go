@@ -9,14 +9,23 @@
 // marshalled so, several times ahead of the timing, and the calls take turns between them.
 // It prints, per case, the calls of a reconcile, its median and p90 over gRPC, and reconciles
 // per second with concurrent callers sharing one connection.
+//
+// With -fleet FILE it reconciles the clusters of a fleet (FILE, written by bench.py: each
+// cluster's first request and its next requests by requirements) round robin, one at a time,
+// each request marshalled afresh (a new map order) before its reconcile is timed, and prints the
+// median and p90 of the timed rounds (the first round fills the function's caches).
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"sort"
@@ -321,7 +330,155 @@ func quantile(samples []float64, q float64) float64 {
 	return samples[int(float64(len(samples))*q)]
 }
 
+// FleetJob is what -fleet reads on stdin beside the file.
+type FleetJob struct {
+	Descriptors []byte `json:"descriptors"`
+	Target      string `json:"target"`
+	Rounds      int    `json:"rounds"` // timed, after one that is not
+}
+
+type FleetResult struct {
+	Clusters int     `json:"clusters"`
+	Calls    int     `json:"calls"`
+	MedianMs float64 `json:"median_ms"`
+	P90Ms    float64 `json:"p90_ms"`
+}
+
+// readChunk reads a length-prefixed (uint32, little endian) byte string.
+func readChunk(r io.Reader) ([]byte, error) {
+	var n uint32
+	if err := binary.Read(r, binary.LittleEndian, &n); err != nil {
+		return nil, err
+	}
+	out := make([]byte, n)
+	_, err := io.ReadFull(r, out)
+	return out, err
+}
+
+// readFleet reads the clusters: a count, then per cluster its first request, the number of
+// steps, and per step the requirements and the request that answers them.
+func readFleet(path string) ([]*Case, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 1<<20)
+	var count uint32
+	if err := binary.Read(r, binary.LittleEndian, &count); err != nil {
+		return nil, err
+	}
+	cases := make([]*Case, count)
+	for i := range cases {
+		c := &Case{Name: fmt.Sprintf("cluster-%d", i)}
+		if c.First, err = readChunk(r); err != nil {
+			return nil, err
+		}
+		var steps uint32
+		if err := binary.Read(r, binary.LittleEndian, &steps); err != nil {
+			return nil, err
+		}
+		for j := uint32(0); j < steps; j++ {
+			var s Step
+			if s.Requirements, err = readChunk(r); err != nil {
+				return nil, err
+			}
+			if s.Request, err = readChunk(r); err != nil {
+				return nil, err
+			}
+			c.Next = append(c.Next, s)
+		}
+		cases[i] = c
+	}
+	return cases, nil
+}
+
+// marshalOnce makes c's requests as Crossplane would send them this time: each marshalled afresh
+// from the prepared bytes, in a new map order (one variant each, replaced every reconcile, so a
+// fleet's requests are held once).
+func marshalOnce(typ protoreflect.MessageType, c *Case) error {
+	var err error
+	if c.first, err = reorderOnce(typ, c.First); err != nil {
+		return err
+	}
+	c.next = make(map[string]*variants, len(c.Next))
+	for _, s := range c.Next {
+		if c.next[string(s.Requirements)], err = reorderOnce(typ, s.Request); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func reorderOnce(typ protoreflect.MessageType, data []byte) (*variants, error) {
+	msg := typ.New().Interface()
+	if err := proto.Unmarshal(data, msg); err != nil {
+		return nil, err
+	}
+	out, err := proto.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	return &variants{data: [][]byte{out}}, nil
+}
+
+func runFleet(path string) error {
+	var job FleetJob
+	if err := json.NewDecoder(os.Stdin).Decode(&job); err != nil {
+		return fmt.Errorf("cannot read the job: %w", err)
+	}
+	typ, err := requestType(job.Descriptors)
+	if err != nil {
+		return fmt.Errorf("cannot read the descriptors: %w", err)
+	}
+	cases, err := readFleet(path)
+	if err != nil {
+		return fmt.Errorf("cannot read the fleet: %w", err)
+	}
+	conn, err := dial(job.Target)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var rsp []byte
+	var samples []float64
+	calls := 0
+	for round := 0; round <= job.Rounds; round++ {
+		for _, c := range cases {
+			if err := marshalOnce(typ, c); err != nil {
+				return err
+			}
+			start := time.Now()
+			n, err := reconcile(context.Background(), conn, c, &rsp)
+			if err != nil {
+				return err
+			}
+			if round > 0 {
+				samples = append(samples, float64(time.Since(start).Nanoseconds())/1e6)
+			}
+			calls = n
+			c.first, c.next = nil, nil
+		}
+		runtime.GC()
+	}
+	return json.NewEncoder(os.Stdout).Encode(FleetResult{
+		Clusters: len(cases),
+		Calls:    calls,
+		MedianMs: quantile(samples, 0.5),
+		P90Ms:    quantile(samples, 0.9),
+	})
+}
+
 func main() {
+	fleet := flag.String("fleet", "", "reconcile the fleet in this file round robin")
+	flag.Parse()
+	if *fleet != "" {
+		if err := runFleet(*fleet); err != nil {
+			fmt.Fprintln(os.Stderr, "benchclient:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "benchclient:", err)
 		os.Exit(1)
