@@ -29,7 +29,15 @@ from function.fn import FunctionRunner
 from function.output import Output
 from tests.test_grpc import _cert, _pem, call, request, tls_dir  # noqa: F401 - fixture
 from tests.tools import goorder
-from tests.tools.bench import Reconcile, run_reconcile, steady_state, tagged, worst_case
+from tests.tools.bench import (
+    Reconcile,
+    example_case,
+    fleet_of,
+    run_reconcile,
+    steady_state,
+    tagged,
+    worst_case,
+)
 from tests.tools.server import ROOT, free_port, function_server, wait_for_port
 
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
@@ -358,6 +366,69 @@ def untagged(answer: bytes) -> fnv1.RunFunctionResponse:
 def ready(answer: bytes, key: str) -> bool:
     rsp = fnv1.RunFunctionResponse.FromString(answer)
     return rsp.desired.resources[key].ready == fnv1.READY_TRUE
+
+
+def mixed_fleet(each: int) -> list[Reconcile]:
+    """each clusters of three shapes (the largest, Existing, Vultr), interleaved."""
+    shapes = [fleet_of(case, each) for case in (worst_case(), example_case("existing"))]
+    shapes.append(fleet_of(example_case("vultr"), each))
+    return [rc for members in zip(*shapes, strict=True) for rc in members]
+
+
+@pytest.mark.parametrize("kind", ["steady", "new-tag"])
+@pytest.mark.parametrize("budget", [256 * 1024, 512 * 1024 * 1024], ids=["starved", "roomy"])
+def test_a_fleet_is_answered_as_with_nothing_remembered(budget, kind, monkeypatch):
+    """A control plane's clusters reconciled round robin, each request in a new map order, with
+    a budget that holds the whole fleet or not a tenth of one cluster's entries: every answer is
+    the one the function gives with nothing remembered, and the budget holds. With new tags
+    (as after a write to what the composition does not read) the compositions, observed and
+    required resources kept for each cluster are what answers."""
+    logging.configure(logging.Level.DISABLED)
+    monkeypatch.setattr(caches.STORE, "budget", budget)
+    runner = FunctionRunner()
+    fleet = mixed_fleet(3)
+    expected = {}
+    for i, rc in enumerate(fleet):
+        _, sent, _ = run_reconcile(runner.answer, rc)
+        for n, data in enumerate(sent):
+            caches.forget()
+            expected[i, n] = runner.answer(data)
+    caches.forget()
+    for _ in range(3):
+        for i, rc in enumerate(fleet):
+            if kind == "new-tag":
+                caches.TAGGED.clear()
+            got: list[bytes] = []
+            _, sent, _ = run_reconcile(lambda data, got=got: keep(got, runner.answer(data)), rc)
+            assert caches.STORE.held <= budget
+            assert got == [expected[i, n] for n in range(len(sent))]
+    if budget > 1 << 20:
+        assert len(caches.COMPOSED) == 2 * len(fleet)
+
+
+def keep(answers: list[bytes], answer: bytes) -> bytes:
+    answers.append(answer)
+    return answer
+
+
+def test_a_cluster_no_longer_reconciled_leaves_nothing_behind(monkeypatch):
+    """Crossplane never calls a function for an XR being deleted, but calls for every live one at
+    least every few minutes: once no call has used them for the idle time, the answers, the
+    compositions and the observed resources of a cluster that is gone are dropped; a live
+    cluster's stay."""
+    logging.configure(logging.Level.DISABLED)
+    now = [0.0]
+    monkeypatch.setattr(caches.STORE, "clock", lambda: now[0])
+    runner = FunctionRunner()
+    gone, live = fleet_of(worst_case(), 2)
+    caches.forget()
+    run_reconcile(runner.answer, gone)
+    for minute in range(1, 12):
+        now[0] = 60.0 * minute
+        run_reconcile(runner.answer, live)
+    names = {k[0] for k in caches.SEEN._items} | {k[0] for k in caches.COMPOSED._items}
+    assert names == {"eks-worst-0001"}
+    assert len(caches.TAGGED) == 2  # the live cluster's two calls
 
 
 def test_the_largest_admitted_cluster_answers_within_the_grpc_default():
