@@ -299,25 +299,28 @@ def composite(data: bytes, convert: Callable[[], dict]) -> dict:
     return convert() if version is None else COMPOSITES.get(version, convert)
 
 
-# Observed resources as last read, by composite and resource name. Crossplane sends every observed
-# resource on every call, the same until a provider or the API server changes it: what was read
-# of one is read once. Kept by name, a lookup never hashes a body: the same bytes, or the same
-# version (wire.version) in new bytes, is the same resource.
-SEEN = Cache("observed resources", lambda _, kept: len(kept[0]) + len(kept[0]) // 8)
+# What was read of each observed resource, by composite and resource name. Crossplane sends every
+# observed resource on every call, the same until a provider or the API server changes it: what
+# was read of one (a condition, an id) is read once. Kept by name with what tells the content it
+# was read from (its version, wire.version, or without one its bytes), never the resource's own
+# bytes: a new request brings them again, and they are parsed only for what was not read before.
+SEEN = Cache(
+    "reads of observed resources",
+    lambda _, kept: 600 + (len(kept[0]) if isinstance(kept[0], bytes) else 0),
+)
 
 
-def seen(where: tuple, data: bytes, wrap: Callable[[bytes], Any]) -> tuple[Any, tuple | bytes]:
-    """The observed resource encoded as data (a Resource message), wrapped (wrap(data), or the
-    wrapper kept for the same content), and what tells its content: its version, or its bytes."""
-    kept = SEEN.find(where)
-    if kept is not None and kept[0] == data:
-        return kept[2], kept[1] or data
+def seen(where: tuple, data: bytes) -> tuple[dict, tuple | bytes, tuple | None]:
+    """What was read of the observed resource encoded as data (a Resource message), to note
+    more in; what tells its content (its version, or its bytes); and its version."""
     version = wire.version(data)
-    if kept is not None and version is not None and kept[1] == version:
-        return kept[2], version
-    resource = wrap(data)
-    SEEN.put(where, (data, version, resource))
-    return resource, version or data
+    told = version or data
+    kept = SEEN.find(where)
+    if kept is not None and kept[0] == told:
+        return kept[1], told, version
+    reads: dict = {}
+    SEEN.put(where, (told, reads))
+    return reads, told, version
 
 
 # Required resources (InferenceClasses, InferenceGateways, consumers, ProviderConfigs) converted,

@@ -262,23 +262,53 @@ def referenced_classes(composite: dict) -> set[str]:
 class WireResource(ObservedResource):
     """An observed resource read from the request's bytes: a renderer reads a handful of fields
     (a condition, an id), each parsed when first read, and the whole body is converted, afresh,
-    only when it is kept as is. Connection details are known by name only. Never changed once
-    made, so one is shared by every request that observes the same content."""
+    only when it is kept as is. Connection details are known by name only.
 
-    def __init__(self, resource: wire.Resource) -> None:
-        self._body = resource.body
-        self.connection_keys = resource.connection_keys
-        self._ready: bool | None = None
+    What is read is noted in reads (caches.seen keeps it for the resource's version, without
+    its bytes): a later request observing the same version answers those reads from there, and
+    parses its own bytes only for what was not read before. Containers are noted marshalled,
+    so each read gets its own copy.
+    """
+
+    def __init__(self, data: bytes, reads: dict, connection_keys: frozenset[str] | None) -> None:
+        self._data = data
+        self._reads = reads
+        self._resource: wire.Resource | None = None
+        self._connection_keys = connection_keys
+
+    @property
+    def _parsed(self) -> wire.Resource:
+        if self._resource is None:
+            self._resource = wire.Resource(self._data)
+        return self._resource
+
+    @property
+    def connection_keys(self) -> frozenset[str]:
+        if self._connection_keys is None:
+            self._connection_keys = self._parsed.connection_keys
+        return self._connection_keys
 
     @property
     def body(self) -> dict:
-        return self._body.python()
+        return self._parsed.body.python()
+
+    def _noted(self, key: tuple, read):
+        value = self._reads.get(key, _MISSING)
+        if value is _MISSING:
+            value = read()
+            self._reads[key] = marshal.dumps(value) if isinstance(value, dict | list) else value
+            return value
+        # JSON holds no bytes: bytes here are a container, marshalled.
+        return marshal.loads(value) if type(value) is bytes else value  # noqa: S302 - ours
 
     def get(self, *path: str | int):
-        return wire.lookup(self._body, path)
+        return self._noted(path, lambda: wire.lookup(self._parsed.body, path))
 
     def condition(self, type_: str) -> dict | None:
-        conditions = wire.at(self._body, ("status", "conditions"))
+        return self._noted(("condition()", type_), lambda: self._condition(type_))
+
+    def _condition(self, type_: str) -> dict | None:
+        conditions = wire.at(self._parsed.body, ("status", "conditions"))
         if not isinstance(conditions, wire.LazyList):
             return None
         for i in range(len(conditions)):
@@ -286,12 +316,6 @@ class WireResource(ObservedResource):
             if isinstance(c, wire.LazyStruct) and c.child("type") == type_:
                 return c.python()
         return None
-
-    @property
-    def ready(self) -> bool:
-        if self._ready is None:
-            self._ready = super().ready
-        return self._ready
 
 
 class ObservedResources(ConvertedOnRead):
@@ -304,10 +328,8 @@ class ObservedResources(ConvertedOnRead):
         self.read: dict[str, tuple | bytes] = {}
 
     def _convert(self, key: str, value: bytes) -> ObservedResource:
-        resource, self.read[key] = caches.seen(
-            (self._composite, key), value, lambda data: WireResource(wire.Resource(data))
-        )
-        return resource
+        reads, self.read[key], version = caches.seen((self._composite, key), value)
+        return WireResource(value, reads, version[3] if version else None)
 
 
 def observed(req: wire.Request, composite: dict) -> Observed:
