@@ -20,9 +20,9 @@ MIB = 1024 * 1024
     show_default=True,
     envvar=caches.BUDGET_ENV,
     show_envvar=True,
-    help="MiB every cache together may hold (what is kept between calls for speed): about 1 MiB "
-    "per cluster of the largest shape, 0.4 MiB per small one. Past it, what was used longest ago "
-    "is made afresh when next needed.",
+    help="MiB every cache together may hold (what is kept between calls for speed): about 0.7 "
+    "MiB per cluster of the largest shape, 0.3 MiB per small one. Past it, what was used longest "
+    "ago is made afresh when next needed.",
 )
 def cli(
     *,
