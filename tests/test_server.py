@@ -324,6 +324,42 @@ def test_a_kept_composition_is_answered_only_for_what_it_was_made_from(change, s
     assert runner.answer(sent[-1]) == steady
 
 
+def test_classes_resolved_follows_the_classes_whatever_is_kept_or_written_back():
+    """Once the classes are deleted, every reconcile answers ClassesResolved=False: under each new
+    tag, in any map order, whatever the caches kept of the reconciles with the classes, and
+    whatever Crossplane v2.2.1 writes back into the XR's conditions from its informer cache (the
+    old True among them: crossplane/crossplane#7062, the e2e flake of issue 25)."""
+    logging.configure(logging.Level.DISABLED)
+    case = worst_case()
+    runner = FunctionRunner()
+    caches.forget()
+    first = steady_state(case)
+    _, _, steady = run_reconcile(runner.answer, Reconcile(first, case.asked))
+    assert verdict(steady) == (fnv1.STATUS_CONDITION_TRUE, "Resolved")
+    old = {"type": "ClassesResolved", "status": "True", "reason": "Resolved"}
+    for n, shown in enumerate([old, {**old, "status": "False", "reason": "ClassNotFound"}, old]):
+        req = fnv1.RunFunctionRequest()
+        req.CopyFrom(first)
+        classes_gone(req)
+        composite = req.observed.composite.resource
+        composite["metadata"]["resourceVersion"] = str(49000 + n)
+        composite["status"]["conditions"] = [
+            {**shown, "lastTransitionTime": "2026-11-30T10:00:00Z"}
+        ]
+        _, sent, last = run_reconcile(runner.answer, Reconcile(tagged(req), case.asked))
+        assert verdict(last) == (fnv1.STATUS_CONDITION_FALSE, "ClassNotFound")
+        assert verdict(runner.answer(goorder.shuffled(sent[-1], n))) == verdict(last)
+
+
+def verdict(answer: bytes) -> tuple[int, str]:
+    [shown] = [
+        c
+        for c in fnv1.RunFunctionResponse.FromString(answer).conditions
+        if c.type == "ClassesResolved"
+    ]
+    return shown.status, shown.reason
+
+
 def gateway_gone(req: fnv1.RunFunctionRequest) -> None:
     del req.required_resources["inference-gateways"].items[:1]
 
