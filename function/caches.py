@@ -243,10 +243,11 @@ class Made:
 
 
 def _made_weight(_: Any, made: Made) -> int:
-    # The composition's own bodies (those made of the cluster: shared ones are in BODIES and
-    # USAGES), weighed by their encoding once made.
-    encoded = sum(map(len, made.out.encoded or ()))
-    return len(made.given[0]) + 64 * (len(made.names) + len(made.read)) + 2 * encoded
+    # What it was made from, and the composition's own bodies (not yet encoded when it is put;
+    # the stack's and the Usages' are shared, held by BODIES and USAGES), 400 bytes a resource.
+    return (
+        len(made.given[0]) + 64 * (len(made.names) + len(made.read)) + 400 * len(made.out.resources)
+    )
 
 
 # Compositions by composite and the names of the requirements handed over (a reconcile's calls

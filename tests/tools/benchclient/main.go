@@ -81,13 +81,13 @@ func (v *variants) take() []byte {
 
 // reorder marshals data (a RunFunctionRequest) as Crossplane does, again and again: Go ranges
 // over each map in a random order, so (nearly) every variant orders its maps differently.
-func reorder(typ protoreflect.MessageType, data []byte) (*variants, error) {
+func reorder(typ protoreflect.MessageType, data []byte, n int) (*variants, error) {
 	msg := typ.New().Interface()
 	if err := proto.Unmarshal(data, msg); err != nil {
 		return nil, err
 	}
 	v := &variants{}
-	for i := 0; i < orders; i++ {
+	for i := 0; i < n; i++ {
 		out, err := proto.Marshal(msg)
 		if err != nil {
 			return nil, err
@@ -267,14 +267,8 @@ func run() error {
 		return fmt.Errorf("cannot read the descriptors: %w", err)
 	}
 	for i, c := range in.Cases {
-		if c.first, err = reorder(typ, c.First); err != nil {
+		if err := prepare(typ, c, orders); err != nil {
 			return err
-		}
-		c.next = make(map[string]*variants, len(c.Next))
-		for _, s := range c.Next {
-			if c.next[string(s.Requirements)], err = reorder(typ, s.Request); err != nil {
-				return err
-			}
 		}
 		calls, err := reconcile(context.Background(), conn, c, &rsp)
 		if err != nil {
@@ -393,33 +387,20 @@ func readFleet(path string) ([]*Case, error) {
 	return cases, nil
 }
 
-// marshalOnce makes c's requests as Crossplane would send them this time: each marshalled afresh
-// from the prepared bytes, in a new map order (one variant each, replaced every reconcile, so a
-// fleet's requests are held once).
-func marshalOnce(typ protoreflect.MessageType, c *Case) error {
+// prepare marshals c's requests as Crossplane would send them, each in n map orders (a fleet's
+// in one, made afresh before every reconcile, so its requests are held once).
+func prepare(typ protoreflect.MessageType, c *Case, n int) error {
 	var err error
-	if c.first, err = reorderOnce(typ, c.First); err != nil {
+	if c.first, err = reorder(typ, c.First, n); err != nil {
 		return err
 	}
 	c.next = make(map[string]*variants, len(c.Next))
 	for _, s := range c.Next {
-		if c.next[string(s.Requirements)], err = reorderOnce(typ, s.Request); err != nil {
+		if c.next[string(s.Requirements)], err = reorder(typ, s.Request, n); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func reorderOnce(typ protoreflect.MessageType, data []byte) (*variants, error) {
-	msg := typ.New().Interface()
-	if err := proto.Unmarshal(data, msg); err != nil {
-		return nil, err
-	}
-	out, err := proto.Marshal(msg)
-	if err != nil {
-		return nil, err
-	}
-	return &variants{data: [][]byte{out}}, nil
 }
 
 func runFleet(path string) error {
@@ -445,7 +426,7 @@ func runFleet(path string) error {
 	calls := 0
 	for round := 0; round <= job.Rounds; round++ {
 		for _, c := range cases {
-			if err := marshalOnce(typ, c); err != nil {
+			if err := prepare(typ, c, 1); err != nil {
 				return err
 			}
 			start := time.Now()
