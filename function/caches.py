@@ -211,7 +211,7 @@ class Answer:
 # (a hand-made request's; crossplane render sends none) vouches for nothing. Only the encoded
 # answer is kept: a cluster that changes leaves a trail of old tags behind, which must not hold
 # its compositions. Kept last when the budget is short: a steady reconcile needs nothing else, and
-# an answer is the smallest thing kept of a cluster (a sixth of the largest one's entries).
+# an answer is the smallest thing kept of a cluster (a fifth of what a cluster's entries weigh).
 TAGGED = Cache("answers by tag", lambda key, answer: _bytes(key[0], *answer.parts), kept_last=True)
 _CONTENT_HASH = re.compile(r"[0-9a-f]{64}")
 
