@@ -3,14 +3,14 @@
 All composition logic lives in compose.py and the renderers; this module and wire.py alone touch
 protobuf. The server hands over request bytes and sends back the bytes answer() writes (for the
 v1 and v1beta1 services alike); in-process callers with messages (tests) go through the same path.
+What is kept from one call to the next, for speed, and why each hit is right, is in caches.py:
+read without it, a reconcile is decoded, composed and encoded afresh every time.
 """
 
 import contextlib
 import functools
 import marshal
-import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 import grpc
 from crossplane.function import logging, resource, response
@@ -18,9 +18,10 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 
-from function import names, serving, usages, wire
+from function import caches, names, wire
+from function.caches import ENCODED, Answer
 from function.compose import compose_class, compose_cluster
-from function.inputs import PARSED, Observed, ObservedResource
+from function.inputs import Observed, ObservedResource
 from function.output import BadInput, Output, shown
 
 SEVERITY = {
@@ -54,6 +55,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     def answer(self, data: bytes) -> bytes:
         """The serialised RunFunctionResponse to a serialised RunFunctionRequest."""
         req = None
+        caches.STORE.call()
         try:
             req = wire.Request(data)
             rsp, entries = respond_to(req)
@@ -125,50 +127,14 @@ def serialise(rsp: fnv1.RunFunctionResponse, entries: dict[str, bytes]) -> bytes
     return data + wire.field(2, b"".join(entries[k] for k in sorted(entries)))
 
 
-# Answers by the request's tag, with what the requirements loop adds to a request after tagging
-# it. Crossplane tags a request with a SHA-256 of the whole request, marshalled deterministically
-# (its composite, every observed resource with its connection details, the bootstrap required
-# resources and schemas, context, input and credentials): equal tags, equal requests, whatever
-# order their maps came in. The calls of a requirements loop keep the first call's tag; what the
-# loop fetched (required resources and schemas) and the capabilities are keyed by content. A
-# steady cluster's reconcile is then known without reading what it observes. A tag that is not a
-# SHA-256 (a hand-made request's) vouches for nothing. Only the encoded answer is kept: a cluster
-# that changes leaves a trail of old tags behind, which must not hold its compositions.
-TAGGED = wire.Cache(64)
-_CONTENT_HASH = re.compile(r"[0-9a-f]{64}")
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What one call answers, encoded: all a kept answer needs, none of the composition."""
-
-    kind: str | None
-    name: str | None
-    ready: bool | None
-    count: int  # desired resources, for the log
-    parts: tuple[bytes, ...]  # as encoded() writes them
-
-
 def answered(req: wire.Request) -> Answer:
-    """The function's answer to the request, kept by its tag."""
+    """The function's answer to the request (kept by Crossplane's tag, caches.by_tag)."""
     handed = required(req)
-    if not _CONTENT_HASH.fullmatch(req.meta.tag):  # crossplane render sends none
-        return made_for(req, handed)
-    key = (
-        req.meta.tag,
-        tuple(req.meta.capabilities),
-        tuple(handed.items()),
-        tuple(sorted(req.installed_schemas.items())),
-    )
-    kept = TAGGED.find(key)
-    if kept is None:
-        kept = made_for(req, handed)
-        TAGGED.put(key, kept)
-    return kept
+    return caches.by_tag(req, handed, lambda: made_for(req, handed))
 
 
 def made_for(req: wire.Request, handed: dict[str, tuple]) -> Answer:
-    composite = composite_of(req.composite)
+    composite = composite_of(req.composite_data)
     kind = composite.get("kind")
     name = composite.get("metadata", {}).get("name")
     out = run(kind, composite, req, handed)
@@ -189,16 +155,27 @@ def run(kind: str | None, composite: dict, req: wire.Request, handed: dict[str, 
 _COMPOSITE_FIELDS = ("apiVersion", "kind", "spec", "status")
 
 
-def composite_of(composite: wire.Resource | None) -> dict:
-    """The composite's identity, spec and status as a dict of its own. Converted on every call:
-    Crossplane writes its maps in a new order each time, so its bytes never repeat."""
-    if composite is None:
+def composite_of(data: bytes) -> dict:
+    """The composite's identity, spec and status as a dict of its own (never changed: it is
+    kept by version for the next call, caches.composite).
+
+    Without the status's conditions: the function never reads them (Crossplane sets them from
+    the answer), and Crossplane marks some in memory before it calls (WatchCircuitClosed, with
+    the time), so they are not what the composite's resourceVersion stands for.
+    """
+    if not data:
         return {}
-    body = composite.body
-    out = {k: wire.lookup(body, (k,)) for k in _COMPOSITE_FIELDS if k in body}
-    name = wire.lookup(body, ("metadata", "name"))
-    out["metadata"] = {"name": name} if isinstance(name, str) else {}
-    return out
+
+    def convert() -> dict:
+        body = wire.Resource(data).body
+        out = {k: wire.lookup(body, (k,)) for k in _COMPOSITE_FIELDS if k in body}
+        if isinstance(out.get("status"), dict):
+            out["status"].pop("conditions", None)
+        name = wire.lookup(body, ("metadata", "name"))
+        out["metadata"] = {"name": name} if isinstance(name, str) else {}
+        return out
+
+    return caches.composite(data, convert)
 
 
 _MISSING = object()
@@ -260,11 +237,6 @@ def required(req: wire.Request) -> dict[str, tuple]:
     return {k: tuple(map(required_item, items[k].items)) for k in sorted(items)}
 
 
-# Required resources by version (wire.version), or by content without one: every call of every
-# reconcile hands over the same classes and InferenceGateways until one changes.
-REQUIRED = wire.Cache(1024)
-
-
 def required_item(data: bytes) -> tuple[str | None, bytes]:
     """A required resource's name and its body, converted once and kept marshalled."""
 
@@ -273,7 +245,7 @@ def required_item(data: bytes) -> tuple[str | None, bytes]:
         name = wire.lookup(body, ("metadata", "name"))
         return (name if isinstance(name, str) else None), marshal.dumps(body.python())
 
-    return REQUIRED.get(wire.version(data) or data, convert)
+    return caches.required_item(data, convert)
 
 
 def referenced_classes(composite: dict) -> set[str]:
@@ -290,23 +262,53 @@ def referenced_classes(composite: dict) -> set[str]:
 class WireResource(ObservedResource):
     """An observed resource read from the request's bytes: a renderer reads a handful of fields
     (a condition, an id), each parsed when first read, and the whole body is converted, afresh,
-    only when it is kept as is. Connection details are known by name only. Never changed once
-    made, so one is shared by every request that observes the same content."""
+    only when it is kept as is. Connection details are known by name only.
 
-    def __init__(self, resource: wire.Resource) -> None:
-        self._body = resource.body
-        self.connection_keys = resource.connection_keys
-        self._ready: bool | None = None
+    What is read is noted in reads (caches.seen keeps it for the resource's version, without
+    its bytes): a later request observing the same version answers those reads from there, and
+    parses its own bytes only for what was not read before. Containers are noted marshalled,
+    so each read gets its own copy.
+    """
+
+    def __init__(self, data: bytes, reads: dict, connection_keys: frozenset[str] | None) -> None:
+        self._data = data
+        self._reads = reads
+        self._resource: wire.Resource | None = None
+        self._connection_keys = connection_keys
+
+    @property
+    def _parsed(self) -> wire.Resource:
+        if self._resource is None:
+            self._resource = wire.Resource(self._data)
+        return self._resource
+
+    @property
+    def connection_keys(self) -> frozenset[str]:
+        if self._connection_keys is None:
+            self._connection_keys = self._parsed.connection_keys
+        return self._connection_keys
 
     @property
     def body(self) -> dict:
-        return self._body.python()
+        return self._parsed.body.python()
+
+    def _noted(self, key: tuple, read):
+        value = self._reads.get(key, _MISSING)
+        if value is _MISSING:
+            value = read()
+            self._reads[key] = marshal.dumps(value) if isinstance(value, dict | list) else value
+            return value
+        # JSON holds no bytes: bytes here are a container, marshalled.
+        return marshal.loads(value) if type(value) is bytes else value  # noqa: S302 - ours
 
     def get(self, *path: str | int):
-        return wire.lookup(self._body, path)
+        return self._noted(path, lambda: wire.lookup(self._parsed.body, path))
 
     def condition(self, type_: str) -> dict | None:
-        conditions = wire.at(self._body, ("status", "conditions"))
+        return self._noted(("condition()", type_), lambda: self._condition(type_))
+
+    def _condition(self, type_: str) -> dict | None:
+        conditions = wire.at(self._parsed.body, ("status", "conditions"))
         if not isinstance(conditions, wire.LazyList):
             return None
         for i in range(len(conditions)):
@@ -315,34 +317,6 @@ class WireResource(ObservedResource):
                 return c.python()
         return None
 
-    @property
-    def ready(self) -> bool:
-        if self._ready is None:
-            self._ready = super().ready
-        return self._ready
-
-
-# Observed resources as last seen, by composite and resource name. Crossplane sends every observed
-# resource on every call, the same until a provider or the API server changes it: what was read of
-# one is read once. Kept by name, a lookup never hashes a body: the same bytes, or the same
-# version (wire.version) in new bytes, is the same resource. Sized for the largest cluster (161
-# resources): a kept resource holds its bytes, and memory is the limit.
-SEEN = wire.Cache(256)
-
-
-def seen(where: tuple, data: bytes) -> tuple[WireResource, tuple | bytes]:
-    """The observed resource encoded as data (a Resource message: body, connection details), and
-    what tells its content: its version, or without one its bytes."""
-    kept = SEEN.find(where)
-    if kept is not None and kept[0] == data:
-        return kept[2], kept[1] or data
-    version = wire.version(data)
-    if kept is not None and version is not None and kept[1] == version:
-        return kept[2], version
-    resource = WireResource(wire.Resource(data))
-    SEEN.put(where, (data, version, resource))
-    return resource, version or data
-
 
 class ObservedResources(ConvertedOnRead):
     """Observed composed resources, wrapped (not converted) when a renderer reads one."""
@@ -350,12 +324,12 @@ class ObservedResources(ConvertedOnRead):
     def __init__(self, source: Mapping, composite: str | None) -> None:
         super().__init__(source)
         self._composite = composite
-        # What tells each resource read: its version, or its bytes (seen).
+        # What tells each resource read: its version, or its bytes (caches.seen).
         self.read: dict[str, tuple | bytes] = {}
 
     def _convert(self, key: str, value: bytes) -> ObservedResource:
-        resource, self.read[key] = seen((self._composite, key), value)
-        return resource
+        reads, self.read[key], version = caches.seen((self._composite, key), value)
+        return WireResource(value, reads, version[3] if version else None)
 
 
 def observed(req: wire.Request, composite: dict) -> Observed:
@@ -365,70 +339,29 @@ def observed(req: wire.Request, composite: dict) -> Observed:
     )
 
 
-@dataclass(frozen=True)
-class Made:
-    """A composition and everything it was made from."""
-
-    given: tuple  # the composite, the required resources, the installed kinds, ask_first
-    names: frozenset[str]  # the observed resources' names
-    read: tuple[tuple[str, tuple | bytes], ...]  # what tells each observed resource read
-    out: Output
-
-
-# Compositions by composite and requirements handed over (a reconcile's calls differ in those).
-# compose_cluster is a pure function of what it is given: while the composite, its required
-# resources, the observed resources' names and every observed resource it read are the same
-# (by version, or by bytes without one), so is its answer. A steady cluster, polled every minute,
-# is composed once, and its answer encoded once (Output.encoded).
-COMPOSED = wire.Cache(32)
-
-
 def composed(composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Output:
-    name = composite.get("metadata", {}).get("name")
+    """The cluster composed from the request (or kept from the same inputs: caches.composition)."""
+    ask_first = fnv1.CAPABILITY_REQUIRED_RESOURCES in req.meta.capabilities
     given = (
         marshal.dumps(composite),
         tuple(handed.items()),
         tuple(sorted(req.installed_schemas.items())),
-        fnv1.CAPABILITY_REQUIRED_RESOURCES in req.meta.capabilities,
+        ask_first,
     )
-    where = (name, tuple(handed))
-    made = COMPOSED.find(where)
-    if made is not None and _still(made, given, req.observed):
-        return made.out
-    seen_now = observed(req, composite)
-    out = compose_cluster(
-        composite,
-        RequiredResources(handed, composite),
-        seen_now,
-        req.installed_schemas,
-        ask_first=given[3],
-    )
-    read = tuple(sorted(seen_now.resources.read.items()))
-    COMPOSED.put(where, Made(given, frozenset(req.observed.keys()), read, out))
-    return out
 
+    def compose() -> tuple[Output, Mapping[str, tuple | bytes]]:
+        seen_now = observed(req, composite)
+        out = compose_cluster(
+            composite,
+            RequiredResources(handed, composite),
+            seen_now,
+            req.installed_schemas,
+            ask_first=ask_first,
+        )
+        return out, seen_now.resources.read
 
-def _still(made: Made, given: tuple, observed: Mapping[str, bytes]) -> bool:
-    """Whether made was made from what is given now."""
-    if made.given != given or made.names != frozenset(observed.keys()):
-        return False
-    for key, told in made.read:
-        data = observed[key]
-        if data != told and wire.version(data) != told:
-            return False
-    return True
-
-
-# Encoded State entries of desired resources (by content, or by identity for shared bodies).
-ENCODED = wire.Structs()
-
-
-def forget() -> None:
-    """Empty every cache kept by content: each answer is then made from nothing, as for a cluster
-    not seen for longer than the caches remember (`make bench` measures it; nothing else needs
-    it, since a cache can only be right)."""
-    for cache in (TAGGED, COMPOSED, SEEN, REQUIRED, ENCODED, PARSED, serving.BODIES, usages.USAGES):
-        cache.clear()
+    name = composite.get("metadata", {}).get("name")
+    return caches.composition((name, tuple(handed)), given, req.observed, compose)
 
 
 def encoded(out: Output) -> tuple[bytes, ...]:

@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from function import names
+from function.caches import PARSED
 from function.models import InferenceClass, InferenceCluster
 from function.output import BadInput, Requirement, shown
-from function.wire import Cache
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -117,11 +117,6 @@ def describe(error: ValidationError, prefix: str = "") -> str:
         message = e["msg"].removeprefix("Value error, ")
         lines.append(f"{where}: {message}{value}")
     return "; ".join(lines)
-
-
-# Models by the content they were validated from: a cluster and its classes are the same from one
-# call to the next, and the models are frozen.
-PARSED = Cache(512)
 
 
 def validated(model: type[M], body: dict) -> M:

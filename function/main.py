@@ -1,11 +1,11 @@
 """Command line: the SDK's standard flags (--insecure, --tls-certs-dir, --address, --debug, the
-message size limits), served by function/server.py."""
+message size limits) and the caches' budget (--cache-mib), served by function/server.py."""
 
 import click
 from crossplane.function import cli as sdkcli
 from crossplane.function import logging, runtime
 
-from function import server
+from function import caches, server
 from function.fn import FunctionRunner
 
 MIB = 1024 * 1024
@@ -13,8 +13,20 @@ MIB = 1024 * 1024
 
 @click.command()
 @sdkcli.standard_options
+@click.option(
+    "--cache-mib",
+    type=click.IntRange(min=0),
+    default=caches.DEFAULT_BUDGET_MIB,
+    show_default=True,
+    envvar=caches.BUDGET_ENV,
+    show_envvar=True,
+    help="MiB every cache together may hold (what is kept between calls for speed): about 0.7 "
+    "MiB per cluster of the largest shape, 0.3 MiB per small one. Past it, what was used longest "
+    "ago is made afresh when next needed.",
+)
 def cli(
     *,
+    cache_mib: int,
     debug: bool,
     address: str,
     tls_certs_dir: str | None,
@@ -24,6 +36,7 @@ def cli(
 ) -> None:
     """Serve the InferenceCluster composition function over gRPC."""
     logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
+    caches.STORE.budget = cache_mib * caches.MIB
     send = max_send_message_size or max_recv_message_size
     try:
         server.serve(

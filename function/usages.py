@@ -17,7 +17,8 @@ deletion as soon as its user is gone.
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from function import names, wire
+from function import names
+from function.caches import USAGES
 from function.clusters.base import as_desired
 from function.inputs import Inputs
 from function.output import Desired, Requirement
@@ -63,10 +64,6 @@ def render(edges_: list[Edge], desired: dict[str, Desired], xr: str) -> dict[str
         f"usage-{e.of}-by-{e.by}": Desired(usage(xr, e, desired), ready=True, shared=True)
         for e in edges_
     }
-
-
-# Usages by what they name: the same from one reconcile to the next, made once and shared.
-USAGES = wire.Cache(4096)
 
 
 def usage(xr: str, edge: Edge, desired: dict[str, Desired]) -> dict:

@@ -6,13 +6,11 @@ the generated classes builds a protobuf object for every field before the functi
 dozen of them, and was most of a reconcile's cost. Here upb parses the request (in C) with lean
 types that mirror the real ones field for field but keep what is nested as bytes; each level is
 parsed when it is first read. Answers are written the same way, from encoded bytes kept by
-content. Nothing else in the function touches the wire.
+content (function/caches.py). Nothing else in the function touches the wire.
 """
 
-import marshal
 import math
 import struct
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -380,6 +378,11 @@ class Request:
         return Resource(data) if data else None
 
     @property
+    def composite_data(self) -> bytes:
+        """The observed composite as Resource message bytes (empty when there is none)."""
+        return self._state.composite
+
+    @property
     def observed(self) -> Mapping[str, bytes]:
         """Observed composed resources by name, as Resource message bytes."""
         return self._state.resources
@@ -441,77 +444,13 @@ def resource_entry(key: str, resource: bytes) -> bytes:
     return field(2, field(1, key.encode()) + field(2, resource))
 
 
-class Cache:
-    """A bounded map that, when full, forgets what it learnt first.
-
-    A reconcile reads each entry once; what a steady control plane repeats fits, and a hit costs
-    a single dict read (no reordering, unlike least-recently-used).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict = OrderedDict()
-
-    def get(self, key: Any, make: Callable[[], Any]) -> Any:
-        """The value kept for key, made (and kept) when there is none."""
-        value = self._items.get(key, _ABSENT)
-        if value is _ABSENT:
-            value = make()
-            self.put(key, value)
-        return value
-
-    def find(self, key: Any) -> Any:
-        """The value kept for key, or None."""
-        return self._items.get(key)
-
-    def put(self, key: Any, value: Any) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)  # a replaced value counts as learnt now
-        if len(self._items) > self.capacity:
-            self._items.popitem(last=False)
-
-    def clear(self) -> None:
-        self._items.clear()
-
-
-class Structs(Cache):
-    """Dicts encoded as Struct messages, kept by content.
-
-    Encoding a dict into a Struct runs in Python, field by field; a steady cluster returns the
-    same bodies every time. marshal is the fastest faithful serialisation of plain data, so an
-    equal dump means equal bytes, and a body that changes in any way is encoded afresh.
-    """
-
-    def __init__(self, capacity: int = 4096) -> None:
-        super().__init__(capacity)
-        # Entries of shared bodies by the body's identity: each entry holds its body, so no other
-        # object can take that identity while it is kept.
-        self._shared = Cache(capacity)
-
-    def encoded(self, body: dict) -> bytes:
-        return self.get(marshal.dumps(body), lambda: _struct(body))
-
-    def entry(self, key: str, body: dict, ready: bool, *, shared: bool = False) -> bytes:
-        """The State.resources entry of a desired resource; a shared body (never changed once
-        made) is encoded once and then known by identity, without reading it again."""
-        if not shared:
-            return self.get((key, ready, marshal.dumps(body)), lambda: _entry(key, body, ready))
-        kept = self._shared.get(id(body), lambda: (body, key, ready, self.entry(key, body, ready)))
-        if kept[1] != key or kept[2] != ready:  # the same body under another key, or readiness
-            return self.entry(key, body, ready)
-        return kept[3]
-
-    def clear(self) -> None:
-        super().clear()
-        self._shared.clear()
-
-
-def _entry(key: str, body: dict, ready: bool) -> bytes:
-    message = field(1, _struct(body))
+def state_entry(key: str, body: dict, ready: bool) -> bytes:
+    """The State.resources entry of a desired resource."""
+    message = field(1, struct_message(body))
     return resource_entry(key, message + _READY_TRUE if ready else message)
 
 
-def _struct(body: dict) -> bytes:
+def struct_message(body: dict) -> bytes:
     """body as a Struct message, byte for byte what the generated class writes deterministically."""
     try:
         return _fields(body)

@@ -23,13 +23,21 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import json_format
 
-from function import fn, wire
+from function import caches, fn, wire
 from function.compose import compose_cluster
 from function.fn import FunctionRunner
 from function.output import Output
 from tests.test_grpc import _cert, _pem, call, request, tls_dir  # noqa: F401 - fixture
 from tests.tools import goorder
-from tests.tools.bench import Reconcile, run_reconcile, steady_state, tagged, worst_case
+from tests.tools.bench import (
+    Reconcile,
+    example_case,
+    fleet_of,
+    run_reconcile,
+    steady_state,
+    tagged,
+    worst_case,
+)
 from tests.tools.server import ROOT, free_port, function_server, wait_for_port
 
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
@@ -130,10 +138,10 @@ def test_answers_are_byte_identical_whatever_the_function_remembers():
     case = worst_case()
     reconcile = Reconcile(steady_state(case), case.asked)
     runner = FunctionRunner()
-    fn.forget()
+    caches.forget()
     _, sent, fresh = run_reconcile(runner.answer, reconcile)
     assert [runner.answer(r) for r in sent][-1] == fresh
-    fn.forget()
+    caches.forget()
     assert [runner.answer(r) for r in sent][-1] == fresh
     xr, required = case.xr, {**case.bootstrap, **case.asked}
     observed = fn.observed(wire.Request(sent[-1]), xr)
@@ -155,7 +163,7 @@ def reconciled_worst_case(tags: str) -> tuple[str, FunctionRunner, list[bytes], 
     logging.configure(logging.Level.DISABLED)
     case = worst_case()
     runner = FunctionRunner()
-    fn.forget()
+    caches.forget()
     first = steady_state(case)
     if tags == "render":
         first.meta.ClearField("tag")
@@ -177,15 +185,15 @@ def test_answers_are_byte_identical_in_any_map_order(tags):
     orders = {goorder.shuffled(sent[-1], seed) for seed in range(6)}
     assert len(orders) == 6
     # What was read of each observed resource is reused, though its bytes are new.
-    where = [(name, key) for key in last.observed if fn.SEEN.find((name, key))]
-    read = [fn.SEEN.find(w) for w in where]
+    where = [(name, key) for key in last.observed if caches.SEEN.find((name, key))]
+    read = [caches.SEEN.find(w) for w in where]
     assert len(read) > 100
-    fn.TAGGED.clear()
+    caches.TAGGED.clear()
     assert runner.answer(next(iter(orders))) == expected
-    assert [fn.SEEN.find(w)[2] for w in where] == [r[2] for r in read]
+    assert all(caches.SEEN.find(w)[1] is r[1] for w, r in zip(where, read, strict=True))
     for data in orders:
         assert runner.answer(data) == expected
-        fn.forget()
+        caches.forget()
         assert runner.answer(data) == expected
     assert wire.Request(data).observed.keys() == last.observed.keys()
 
@@ -194,12 +202,12 @@ def test_a_tagged_steady_reconcile_is_answered_without_reading_what_it_observes(
     """Equal tags, equal requests: a reconcile Crossplane tags as before is answered with the
     same bytes without reading its composite or any observed resource again."""
     _, runner, sent, expected = reconciled_worst_case("crossplane")
-    fn.COMPOSED.clear()
-    fn.SEEN.clear()
+    caches.COMPOSED.clear()
+    caches.SEEN.clear()
     orders = [goorder.shuffled(data, seed) for seed in range(3) for data in sent]
     assert [runner.answer(data) for data in orders][-1] == expected
-    assert len(fn.SEEN._items) == 0
-    assert len(fn.COMPOSED._items) == 0
+    assert len(caches.SEEN) == 0
+    assert len(caches.COMPOSED) == 0
 
 
 def test_answers_kept_by_tag_do_not_hold_their_compositions():
@@ -212,7 +220,7 @@ def test_answers_kept_by_tag_do_not_hold_their_compositions():
         assert not ready(runner.answer(as_sent(req, "crossplane")), "vpc")
     gc.collect()
     compositions = [o for o in gc.get_objects() if isinstance(o, Output)]
-    assert len(fn.TAGGED._items) == 14
+    assert len(caches.TAGGED) == 14
     assert len(compositions) <= 3
 
 
@@ -262,7 +270,10 @@ def test_an_observed_resource_that_changes_is_read_again(resource_version, tags)
 
 
 def scaled(req: fnv1.RunFunctionRequest) -> None:
-    req.observed.composite.resource["spec"]["nodePools"][0]["maxNodeCount"] = 3
+    """A spec change, written as the API server writes it: under a new resourceVersion."""
+    composite = req.observed.composite.resource
+    composite["spec"]["nodePools"][0]["maxNodeCount"] = 3
+    composite["metadata"]["resourceVersion"] = "48214"
 
 
 def classes_gone(req: fnv1.RunFunctionRequest) -> None:
@@ -307,10 +318,46 @@ def test_a_kept_composition_is_answered_only_for_what_it_was_made_from(change, s
     change(req)
     data = as_sent(req, tags)
     warm = runner.answer(data)
-    fn.forget()
+    caches.forget()
     assert runner.answer(data) == warm
     assert (untagged(warm) != untagged(steady)) == shows
     assert runner.answer(sent[-1]) == steady
+
+
+def test_classes_resolved_follows_the_classes_whatever_is_kept_or_written_back():
+    """Once the classes are deleted, every reconcile answers ClassesResolved=False: under each new
+    tag, in any map order, whatever the caches kept of the reconciles with the classes, and
+    whatever Crossplane v2.2.1 writes back into the XR's conditions from its informer cache (the
+    old True among them: crossplane/crossplane#7062, the e2e flake of issue 25)."""
+    logging.configure(logging.Level.DISABLED)
+    case = worst_case()
+    runner = FunctionRunner()
+    caches.forget()
+    first = steady_state(case)
+    _, _, steady = run_reconcile(runner.answer, Reconcile(first, case.asked))
+    assert verdict(steady) == (fnv1.STATUS_CONDITION_TRUE, "Resolved")
+    old = {"type": "ClassesResolved", "status": "True", "reason": "Resolved"}
+    for n, shown in enumerate([old, {**old, "status": "False", "reason": "ClassNotFound"}, old]):
+        req = fnv1.RunFunctionRequest()
+        req.CopyFrom(first)
+        classes_gone(req)
+        composite = req.observed.composite.resource
+        composite["metadata"]["resourceVersion"] = str(49000 + n)
+        composite["status"]["conditions"] = [
+            {**shown, "lastTransitionTime": "2026-11-30T10:00:00Z"}
+        ]
+        _, sent, last = run_reconcile(runner.answer, Reconcile(tagged(req), case.asked))
+        assert verdict(last) == (fnv1.STATUS_CONDITION_FALSE, "ClassNotFound")
+        assert verdict(runner.answer(goorder.shuffled(sent[-1], n))) == verdict(last)
+
+
+def verdict(answer: bytes) -> tuple[int, str]:
+    [shown] = [
+        c
+        for c in fnv1.RunFunctionResponse.FromString(answer).conditions
+        if c.type == "ClassesResolved"
+    ]
+    return shown.status, shown.reason
 
 
 def gateway_gone(req: fnv1.RunFunctionRequest) -> None:
@@ -339,7 +386,7 @@ def test_a_tag_vouches_only_for_what_crossplane_hashed(change, call):
     change(req)
     data = req.SerializeToString()
     warm = runner.answer(data)
-    fn.forget()
+    caches.forget()
     assert runner.answer(data) == warm
     assert warm != before
     assert runner.answer(sent[call]) == before
@@ -355,6 +402,72 @@ def untagged(answer: bytes) -> fnv1.RunFunctionResponse:
 def ready(answer: bytes, key: str) -> bool:
     rsp = fnv1.RunFunctionResponse.FromString(answer)
     return rsp.desired.resources[key].ready == fnv1.READY_TRUE
+
+
+def mixed_fleet(each: int) -> list[Reconcile]:
+    """each clusters of three shapes (the largest, Existing, Vultr), interleaved."""
+    shapes = [fleet_of(case, each) for case in (worst_case(), example_case("existing"))]
+    shapes.append(fleet_of(example_case("vultr"), each))
+    fleet = [rc for members in zip(*shapes, strict=True) for rc in members]
+    for rc in fleet:
+        rc.orders = 3  # each call in a new map order, as Crossplane marshals it
+    return fleet
+
+
+@pytest.mark.parametrize("kind", ["steady", "new-tag"])
+@pytest.mark.parametrize("budget", [256 * 1024, 512 * 1024 * 1024], ids=["starved", "roomy"])
+def test_a_fleet_is_answered_as_with_nothing_remembered(budget, kind, monkeypatch):
+    """A control plane's clusters reconciled round robin, each request in a new map order, with
+    a budget that holds the whole fleet or not a tenth of one cluster's entries: every answer is
+    the one the function gives with nothing remembered, and the budget holds. With new tags
+    (as after a write to what the composition does not read) the compositions, observed and
+    required resources kept for each cluster are what answers."""
+    logging.configure(logging.Level.DISABLED)
+    monkeypatch.setattr(caches.STORE, "budget", budget)
+    runner = FunctionRunner()
+    fleet = mixed_fleet(3)
+    expected = {}
+    for i, rc in enumerate(fleet):
+        _, sent, _ = run_reconcile(runner.answer, rc)
+        for n, data in enumerate(sent):
+            caches.forget()
+            expected[i, n] = runner.answer(data)
+    caches.forget()
+    for _ in range(3):
+        for i, rc in enumerate(fleet):
+            if kind == "new-tag":
+                caches.TAGGED.clear()
+            got: list[bytes] = []
+            _, sent, _ = run_reconcile(lambda data, got=got: keep(got, runner.answer(data)), rc)
+            assert caches.STORE.held <= budget
+            assert got == [expected[i, n] for n in range(len(sent))]
+    if budget > 1 << 20:
+        assert len(caches.COMPOSED) == 2 * len(fleet)
+
+
+def keep(answers: list[bytes], answer: bytes) -> bytes:
+    answers.append(answer)
+    return answer
+
+
+def test_a_cluster_no_longer_reconciled_leaves_nothing_behind(monkeypatch):
+    """Crossplane never calls a function for an XR being deleted, but calls for every live one at
+    least every few minutes: once no call has used them for the idle time, the answers, the
+    compositions and the observed resources of a cluster that is gone are dropped; a live
+    cluster's stay."""
+    logging.configure(logging.Level.DISABLED)
+    now = [0.0]
+    monkeypatch.setattr(caches.STORE, "clock", lambda: now[0])
+    runner = FunctionRunner()
+    gone, live = fleet_of(worst_case(), 2)
+    caches.forget()
+    run_reconcile(runner.answer, gone)
+    for minute in range(1, 12):
+        now[0] = 60.0 * minute
+        run_reconcile(runner.answer, live)
+    names = {k[0] for k in caches.SEEN._items} | {k[0] for k in caches.COMPOSED._items}
+    assert names == {"eks-worst-0001"}
+    assert len(caches.TAGGED) == 2  # the live cluster's two calls
 
 
 def test_the_largest_admitted_cluster_answers_within_the_grpc_default():

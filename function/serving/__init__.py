@@ -15,7 +15,8 @@ import marshal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from function import kube, names, wire
+from function import kube, names
+from function.caches import BODIES
 from function.clusters.base import (
     PROVIDER_CONFIG_KEYS,
     as_desired,
@@ -189,11 +190,6 @@ def observed_gateway(inputs: Inputs) -> tuple[str | None, str | None]:
     if gateway.is_public_certificate(published):
         ca = published
     return address, ca
-
-
-# Bodies by what they are made of: a cluster's stack is the same from one reconcile to the next,
-# so each body is made once and shared (never changed once made).
-BODIES = wire.Cache(2048)
 
 
 def _body(component: Component, built: dict, ctx: Context, provider_config: str) -> dict:

@@ -12,8 +12,13 @@ server that answers without the function (tests/tools/echo.py: the floor), each 
 right after one of the function's; calls per reconcile;
 throughput with 8 concurrent callers; the ratio of the median to the pure protobuf cost of parsing
 the requests and serialising the responses. Then the server's peak RSS and its cold start to a
-first answer. Exits non-zero when a target is missed. `--profile steady|new-tag|made` prints the
-top costs of the worst case with pyinstrument. Never part of the tests.
+first answer. Then the fleet column: N distinct clusters of the worst case (N = 1, 64, 256) and of
+Existing (1, 1000), reconciled round robin from Go through a fresh server, each request marshalled
+afresh; per fleet the median and p90 over gRPC and against one cluster's, in-process the steady
+median and the median with each composition made again, and the server's peak RSS (`--only
+cases|fleet` runs one table). Exits non-zero when a target is missed. `--profile
+steady|new-tag|made` prints the top costs of the worst case with pyinstrument. Never part of the
+tests.
 
 Crossplane tags each request with a hash of its content, and the function keeps its answers by
 tag; it also remembers what it read and wrote, which a steady cluster repeats on every reconcile,
@@ -44,6 +49,7 @@ import json
 import marshal
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -59,7 +65,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FileDescriptor
 
-from function import fn, wire
+from function import caches, wire
 from function.compose import compose_cluster
 from function.fn import FunctionRunner
 from function.inputs import Observed, ObservedResource
@@ -125,17 +131,18 @@ def steady_state(case: Case) -> fnv1.RunFunctionRequest:
             fnv1.CAPABILITY_CONDITIONS,
         ]
     )
-    xr = with_server_metadata(copy.deepcopy(case.xr), "InferenceCluster")
+    name = case.xr["metadata"]["name"]
+    xr = with_server_metadata(copy.deepcopy(case.xr), "", name)
     xr["status"] = out.status
     req.observed.composite.resource.update(xr)
     for key, desired in out.resources.items():
-        body = with_server_metadata(reported(desired.body, case.world), key)
+        body = with_server_metadata(reported(desired.body, case.world), key, name)
         req.observed.resources[key].resource.update(body)
     for key, items in case.bootstrap.items():
         for item in items:
             req.required_resources[key].items.add().resource.update(stored(item))
-    for name in SCHEMAS:
-        req.required_schemas[name].openapi_v3.update({"type": "object"})
+    for schema in SCHEMAS:
+        req.required_schemas[schema].openapi_v3.update({"type": "object"})
     return tagged(req)
 
 
@@ -174,24 +181,30 @@ def stored(body: dict) -> dict:
     return body
 
 
-def with_server_metadata(body: dict, key: str) -> dict:
+def uid(composite: str, key: str) -> str:
+    """The uid the API server gave composite's resource key ("" for the composite itself): every
+    cluster of a fleet has its own."""
+    return f"6b1e4c2a-0000-4000-8000-{zlib.crc32(f'{composite}/{key}'.encode()):012d}"
+
+
+def with_server_metadata(body: dict, key: str, composite: str) -> dict:
     """What the API server and Crossplane add: ids, versions, owner, and managedFields for
     Crossplane's apply and the provider's status updates."""
     meta = body.setdefault("metadata", {})
     meta.update(
-        uid=f"6b1e4c2a-0000-4000-8000-{zlib.crc32(key.encode()):012d}",
+        uid=uid(composite, key),
         resourceVersion="48213",
         generation=3,
         creationTimestamp="2026-11-30T10:00:00Z",
     )
-    meta.setdefault("labels", {})["crossplane.io/composite"] = "bench"
+    meta.setdefault("labels", {})["crossplane.io/composite"] = composite
     meta.setdefault("annotations", {})["crossplane.io/composition-resource-name"] = key
     meta["ownerReferences"] = [
         {
             "apiVersion": "modelplane.ai/v1alpha1",
             "kind": "InferenceCluster",
-            "name": "bench",
-            "uid": "6b1e4c2a-0000-4000-8000-000000000001",
+            "name": composite,
+            "uid": uid(composite, ""),
             "controller": True,
             "blockOwnerDeletion": True,
         }
@@ -354,16 +367,21 @@ class Reconcile:
     # Each request in ORDERS map orders, as Crossplane marshals it, sent in turn.
     reordered: dict[bytes, list[bytes]] = field(default_factory=dict)
     turn: int = 0
+    orders: int = ORDERS
 
     def __post_init__(self) -> None:
         self.first_bytes = self.first.SerializeToString()
 
     def as_sent(self, request: bytes) -> bytes:
-        """request in the next of its map orders (goorder)."""
+        """request in the next of its map orders (goorder); as it is with no orders."""
+        if not self.orders:
+            return request
         if request not in self.reordered:
-            self.reordered[request] = [goorder.shuffled(request, seed) for seed in range(ORDERS)]
+            self.reordered[request] = [
+                goorder.shuffled(request, seed) for seed in range(self.orders)
+            ]
         self.turn += 1
-        return self.reordered[request][self.turn % ORDERS]
+        return self.reordered[request][self.turn % self.orders]
 
     def answer(self, requirements: bytes) -> bytes:
         if requirements not in self.answers:
@@ -378,16 +396,21 @@ class Reconcile:
         return self.answers[requirements]
 
 
-def go_case(name: str, reconcile: Reconcile, call) -> dict:
-    """A case as the Go client reads it: the first request, and the request Crossplane sends
-    next after each requirements the function answers with (raw, as the client sees them)."""
+def steps_of(reconcile: Reconcile, call) -> dict[bytes, bytes]:
+    """The request Crossplane sends next after each requirements the function answers with (raw,
+    as the Go client sees them)."""
     req, previous, steps = reconcile.first_bytes, None, {}
     while True:
         raw = _requirements_field(call(req))
         if raw == previous:
-            break
+            return steps
         previous = raw
         req = steps[raw] = reconcile.answer(raw)
+
+
+def go_case(name: str, reconcile: Reconcile, call) -> dict:
+    """A case as the Go client reads it: the first request, and the next ones (steps_of)."""
+    steps = steps_of(reconcile, call)
 
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode()
@@ -561,12 +584,130 @@ def cold_start(reconcile: Reconcile) -> float:
         proc.wait(timeout=10)
 
 
+# --- fleets --------------------------------------------------------------------------------------
+
+# N distinct clusters of a case, as N XRs of one control plane (their own names, hence their own
+# resource names, uids and tags), reconciled round robin: what every cache must hold for the
+# fast path to serve them all. The largest shape up to 256 clusters, Existing (the smallest) up
+# to 1000. Timed rounds per size, after a first round that fills the caches.
+FLEETS = ((WORST, (1, 64, 256)), ("existing", (1, 1000)))
+FLEET_ROUNDS = {1: 200, 64: 6, 256: 3, 1000: 2}
+# In-process, a fleet's requests go as Python marshals them: goorder takes half a second for one of
+# the largest requests, and the caches know observed resources by version, not bytes, so a repeated
+# order is no shortcut. Over gRPC the Go client marshals each request afresh every reconcile.
+FLEET_ORDERS = 0
+FLEET_TARGETS = {
+    f"{WORST} x256 over gRPC, median / x1 median": 2.0,
+    f"{WORST} x256 composition made again in-process, median (ms)": 4.0,
+    f"{WORST} x256 server peak RSS (MiB)": 400.0,
+    "existing x1000 server peak RSS (MiB)": 1024.0,
+}
+
+
+def fleet_of(case: Case, n: int) -> list[Reconcile]:
+    """n clusters of case, each named after it and numbered."""
+    out = []
+    for i in range(n):
+        member = copy.deepcopy(case)
+        member.xr["metadata"]["name"] = f"{case.xr['metadata']['name']}-{i:04d}"
+        out.append(Reconcile(steady_state(member), member.asked, orders=FLEET_ORDERS))
+    return out
+
+
+def write_fleet(path: Path, fleet: list[Reconcile], call) -> None:
+    """The fleet as the Go client's -fleet reads it (length-prefixed, little endian)."""
+
+    def chunk(data: bytes) -> bytes:
+        return struct.pack("<I", len(data)) + data
+
+    with path.open("wb") as out:
+        out.write(struct.pack("<I", len(fleet)))
+        for reconcile in fleet:
+            steps = steps_of(reconcile, call)
+            out.write(chunk(reconcile.first_bytes) + struct.pack("<I", len(steps)))
+            for requirements, request in steps.items():
+                out.write(chunk(requirements) + chunk(request))
+
+
+def fleet_in_process(fleet: list[Reconcile], call, rounds: int, forget) -> list[float]:
+    """Reconciles round robin, each after forget() (not timed), after one round that is not
+    timed."""
+    samples = []
+    for round_ in range(rounds + 1):
+        for reconcile in fleet:
+            forget()
+            start = time.perf_counter()
+            run_reconcile(call, reconcile)
+            if round_:
+                samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def fleet_over_grpc(path: Path, rounds: int) -> tuple[dict, float]:
+    """The Go client's fleet figures from a fresh server, and the server's peak RSS."""
+    job = {
+        "descriptors": base64.b64encode(descriptors(fnv1.DESCRIPTOR)).decode(),
+        "rounds": rounds,
+    }
+    with own_core(SERVER_CORE), function_server() as server, own_core(CALLER_CORE):
+        job["target"] = server.target
+        out = subprocess.run(
+            [str(GO_CLIENT), "-fleet", str(path)],
+            input=json.dumps(job).encode(),
+            capture_output=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise SystemExit(f"benchclient failed: {out.stderr.decode().strip()}")
+        return json.loads(out.stdout), peak_rss_mib(server.pid)
+
+
+def fleets(results: dict[str, float]) -> None:
+    """The fleet column: per case and size, over gRPC (p50/p90, and the p50 against one
+    cluster's), in-process (steady, and with each composition made again) and the server's peak
+    RSS."""
+    print(
+        f"\n{'fleet':20} {'clusters':>8} {'gRPC p50/p90 ms':>16} {'x one':>6} "
+        f"{'in-proc p50':>11} {'made p50':>8} {'peak RSS MiB':>12}"
+    )
+    by_name = {c.name: c for c in cases()}
+    call = FunctionRunner().answer
+    for name, sizes in FLEETS:
+        one = None
+        for n in sizes:
+            caches.forget()
+            fleet = fleet_of(by_name[name], n)
+            rounds = FLEET_ROUNDS[n]
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "fleet.bin"
+                write_fleet(path, fleet, call)
+                steady = fleet_in_process(fleet, call, max(rounds // 4, 1), lambda: None)
+                made = fleet_in_process(fleet, call, max(rounds // 4, 1), FORGETS["made"])
+                del fleet
+                caches.forget()
+                measured, rss = fleet_over_grpc(path, rounds)
+            median = measured["median_ms"]
+            one = one or median
+            key = f"{name} x{n}"
+            results[f"{key} over gRPC, median / x1 median"] = median / one
+            results[f"{key} composition made again in-process, median (ms)"] = statistics.median(
+                made
+            )
+            results[f"{key} server peak RSS (MiB)"] = rss
+            print(
+                f"{name:20} {n:>8} {median:>7.2f}/{measured['p90_ms']:<8.2f} "
+                f"{median / one:>6.2f} {statistics.median(steady):>11.2f} "
+                f"{statistics.median(made):>8.2f} {rss:>12.1f}",
+                flush=True,
+            )
+
+
 # What each kind of reconcile forgets first (not timed).
 FORGETS = {
     "steady": lambda: None,
-    "new-tag": fn.TAGGED.clear,
-    "made": lambda: (fn.TAGGED.clear(), fn.COMPOSED.clear()),
-    "cold": fn.forget,
+    "new-tag": caches.TAGGED.clear,
+    "made": lambda: (caches.TAGGED.clear(), caches.COMPOSED.clear()),
+    "cold": caches.forget,
 }
 
 
@@ -583,23 +724,10 @@ def profile(reconcile: Reconcile, forget) -> None:
     print(profiler.output_text(unicode=False, color=False, show_all=False))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--profile",
-        choices=["steady", "new-tag", "made"],
-        help="profile the worst case: steady, its requests not known by tag, or its composition "
-        "made again each time",
-    )
-    parser.add_argument("--reconciles", type=int, default=RECONCILES)
-    args = parser.parse_args()
-    logging.configure(logging.Level.DISABLED)
+def each_case(results: dict[str, float], reconciles_each: int) -> None:
+    """The cases' table: each case alone, in-process and over gRPC, and the server's peak RSS
+    and cold start."""
     reconciles = {c.name: Reconcile(steady_state(c), c.asked) for c in cases()}
-    if args.profile:
-        profile(reconciles[WORST], FORGETS[args.profile])
-        return 0
-    results: dict[str, float] = {}
-    tune_gc()  # as the server does
     in_process = FunctionRunner().answer
     header = (
         f"{'case':20} {'res':>4} {'req KiB':>8} {'rsp KiB':>8} {'calls':>5} "
@@ -619,16 +747,16 @@ def main() -> int:
     ):
         call = raw_stub(channel)
         python_client = lambda r: call(r, timeout=30)  # noqa: E731
-        go = over_grpc_from_go(server.target, echo, go_cases, args.reconciles)
+        go = over_grpc_from_go(server.target, echo, go_cases, reconciles_each)
         for name, reconcile in reconciles.items():
             calls, sent, last = run_reconcile(python_client, reconcile)
-            local = timed(lambda rc=reconcile: run_reconcile(in_process, rc), args.reconciles)
-            few = max(args.reconciles // 4, 10)
+            local = timed(lambda rc=reconcile: run_reconcile(in_process, rc), reconciles_each)
+            few = max(reconciles_each // 4, 10)
             new_tag, made, cold = (
                 timed_after(FORGETS[kind], in_process, reconcile, few)
                 for kind in ("new-tag", "made", "cold")
             )
-            remote = timed(lambda rc=reconcile: run_reconcile(python_client, rc), args.reconciles)
+            remote = timed(lambda rc=reconcile: run_reconcile(python_client, rc), reconciles_each)
             responses = [fnv1.RunFunctionResponse.FromString(in_process(r)) for r in sent]
             pure = statistics.median(
                 timed(
@@ -657,10 +785,36 @@ def main() -> int:
     results["cold start to first answer (s)"] = min(
         cold_start(reconciles["existing"]) for _ in range(3)
     )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--profile",
+        choices=["steady", "new-tag", "made"],
+        help="profile the worst case: steady, its requests not known by tag, or its composition "
+        "made again each time",
+    )
+    parser.add_argument("--reconciles", type=int, default=RECONCILES)
+    parser.add_argument(
+        "--only", choices=["cases", "fleet"], help="only the cases' table, or only the fleets'"
+    )
+    args = parser.parse_args()
+    logging.configure(logging.Level.DISABLED)
+    if args.profile:
+        worst = worst_case()
+        profile(Reconcile(steady_state(worst), worst.asked), FORGETS[args.profile])
+        return 0
+    results: dict[str, float] = {}
+    tune_gc()  # as the server does
+    if args.only != "fleet":
+        each_case(results, args.reconciles)
+    if args.only != "cases":
+        fleets(results)
     print()
     failed = False
     for key, value in results.items():
-        target = TARGETS.get(key)
+        target = {**TARGETS, **FLEET_TARGETS}.get(key)
         if target is None:
             continue
         ok = value <= target

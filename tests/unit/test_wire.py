@@ -10,7 +10,7 @@ from google.protobuf import struct_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from function import fn, wire
+from function import caches, fn, wire
 from tests.tools import goorder
 from tests.unit.test_fn import cluster_request
 
@@ -90,13 +90,18 @@ def test_an_entry_is_what_the_generated_classes_encode(key, body, ready):
     state.resources[key].resource.update(body)
     if ready:
         state.resources[key].ready = fnv1.READY_TRUE
-    ours = fnv1.State.FromString(wire.Structs().entry(key, body, ready))
+    ours = fnv1.State.FromString(structs().entry(key, body, ready))
     assert ours == state
     assert ours.SerializeToString(deterministic=True) == state.SerializeToString(deterministic=True)
 
 
+def structs() -> caches.Structs:
+    """Encoded entries kept on a budget of their own (not the function's)."""
+    return caches.Structs(caches.Store(budget=caches.MIB))
+
+
 def test_an_entry_changes_with_any_change_of_its_body():
-    entries = wire.Structs(capacity=2)
+    entries = caches.Structs(caches.Store(budget=4096))
     assert entries.encoded({"a": 1}) is entries.encoded({"a": 1})
     first = entries.entry("k", {"a": 1}, True)
     assert entries.entry("k", {"a": 1.5}, True) != first
@@ -129,7 +134,7 @@ def generated_encoding(body: dict) -> bytes:
 @settings(max_examples=500)
 @given(st.dictionaries(prefix_keys, plain_values, max_size=6))
 def test_a_struct_is_written_byte_for_byte_as_the_generated_class_writes_it(body):
-    assert wire._struct(body) == generated_encoding(body)
+    assert wire.struct_message(body) == generated_encoding(body)
 
 
 class Tagged(str):
@@ -138,20 +143,20 @@ class Tagged(str):
 
 def test_what_is_not_plain_data_is_written_by_the_generated_class():
     body = {"a": Tagged("x"), "b": [True, 1]}
-    assert wire._struct(body) == generated_encoding(body)
+    assert wire.struct_message(body) == generated_encoding(body)
     with pytest.raises(ValueError, match="Unexpected type"):
-        wire._struct({"a": object()})
+        wire.struct_message({"a": object()})
 
 
 def test_a_fixed_dict_is_spliced_as_it_was_encoded():
     manifest = wire.fixed({"kind": "CustomResourceDefinition", "spec": {"names": ["a", "ab"]}})
     body = {"spec": {"forProvider": {"manifest": manifest}}, "metadata": {"name": "x"}}
-    assert wire._struct(body) == generated_encoding(body)
-    assert wire._struct(manifest) is wire._struct(manifest)
+    assert wire.struct_message(body) == generated_encoding(body)
+    assert wire.struct_message(manifest) is wire.struct_message(manifest)
 
 
 def test_a_shared_body_is_encoded_once_then_known_by_identity():
-    entries, by_content = wire.Structs(), wire.Structs()
+    entries, by_content = structs(), structs()
     body = {"spec": {"forProvider": {"manifest": {"kind": "Namespace"}}}}
     first = entries.entry("k", body, True, shared=True)
     assert first == by_content.entry("k", body, True)

@@ -9,14 +9,24 @@
 // marshalled so, several times ahead of the timing, and the calls take turns between them.
 // It prints, per case, the calls of a reconcile, its median and p90 over gRPC, and reconciles
 // per second with concurrent callers sharing one connection.
+//
+// With -fleet FILE it reconciles the clusters of a fleet (FILE, written by bench.py: each
+// cluster's first request and its next requests by requirements) round robin, one at a time,
+// each request marshalled afresh (a new map order) and its garbage collected before its
+// reconcile is timed, and prints the median and p90 of the timed rounds (the first round fills
+// the function's caches).
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"sort"
@@ -72,13 +82,13 @@ func (v *variants) take() []byte {
 
 // reorder marshals data (a RunFunctionRequest) as Crossplane does, again and again: Go ranges
 // over each map in a random order, so (nearly) every variant orders its maps differently.
-func reorder(typ protoreflect.MessageType, data []byte) (*variants, error) {
+func reorder(typ protoreflect.MessageType, data []byte, n int) (*variants, error) {
 	msg := typ.New().Interface()
 	if err := proto.Unmarshal(data, msg); err != nil {
 		return nil, err
 	}
 	v := &variants{}
-	for i := 0; i < orders; i++ {
+	for i := 0; i < n; i++ {
 		out, err := proto.Marshal(msg)
 		if err != nil {
 			return nil, err
@@ -258,14 +268,8 @@ func run() error {
 		return fmt.Errorf("cannot read the descriptors: %w", err)
 	}
 	for i, c := range in.Cases {
-		if c.first, err = reorder(typ, c.First); err != nil {
+		if err := prepare(typ, c, orders); err != nil {
 			return err
-		}
-		c.next = make(map[string]*variants, len(c.Next))
-		for _, s := range c.Next {
-			if c.next[string(s.Requirements)], err = reorder(typ, s.Request); err != nil {
-				return err
-			}
 		}
 		calls, err := reconcile(context.Background(), conn, c, &rsp)
 		if err != nil {
@@ -321,7 +325,143 @@ func quantile(samples []float64, q float64) float64 {
 	return samples[int(float64(len(samples))*q)]
 }
 
+// FleetJob is what -fleet reads on stdin beside the file.
+type FleetJob struct {
+	Descriptors []byte `json:"descriptors"`
+	Target      string `json:"target"`
+	Rounds      int    `json:"rounds"` // timed, after one that is not
+}
+
+type FleetResult struct {
+	Clusters int     `json:"clusters"`
+	Calls    int     `json:"calls"`
+	MedianMs float64 `json:"median_ms"`
+	P90Ms    float64 `json:"p90_ms"`
+}
+
+// readChunk reads a length-prefixed (uint32, little endian) byte string.
+func readChunk(r io.Reader) ([]byte, error) {
+	var n uint32
+	if err := binary.Read(r, binary.LittleEndian, &n); err != nil {
+		return nil, err
+	}
+	out := make([]byte, n)
+	_, err := io.ReadFull(r, out)
+	return out, err
+}
+
+// readFleet reads the clusters: a count, then per cluster its first request, the number of
+// steps, and per step the requirements and the request that answers them.
+func readFleet(path string) ([]*Case, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 1<<20)
+	var count uint32
+	if err := binary.Read(r, binary.LittleEndian, &count); err != nil {
+		return nil, err
+	}
+	cases := make([]*Case, count)
+	for i := range cases {
+		c := &Case{Name: fmt.Sprintf("cluster-%d", i)}
+		if c.First, err = readChunk(r); err != nil {
+			return nil, err
+		}
+		var steps uint32
+		if err := binary.Read(r, binary.LittleEndian, &steps); err != nil {
+			return nil, err
+		}
+		for j := uint32(0); j < steps; j++ {
+			var s Step
+			if s.Requirements, err = readChunk(r); err != nil {
+				return nil, err
+			}
+			if s.Request, err = readChunk(r); err != nil {
+				return nil, err
+			}
+			c.Next = append(c.Next, s)
+		}
+		cases[i] = c
+	}
+	return cases, nil
+}
+
+// prepare marshals c's requests as Crossplane would send them, each in n map orders (a fleet's
+// in one, made afresh before every reconcile, so its requests are held once).
+func prepare(typ protoreflect.MessageType, c *Case, n int) error {
+	var err error
+	if c.first, err = reorder(typ, c.First, n); err != nil {
+		return err
+	}
+	c.next = make(map[string]*variants, len(c.Next))
+	for _, s := range c.Next {
+		if c.next[string(s.Requirements)], err = reorder(typ, s.Request, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runFleet(path string) error {
+	var job FleetJob
+	if err := json.NewDecoder(os.Stdin).Decode(&job); err != nil {
+		return fmt.Errorf("cannot read the job: %w", err)
+	}
+	typ, err := requestType(job.Descriptors)
+	if err != nil {
+		return fmt.Errorf("cannot read the descriptors: %w", err)
+	}
+	cases, err := readFleet(path)
+	if err != nil {
+		return fmt.Errorf("cannot read the fleet: %w", err)
+	}
+	conn, err := dial(job.Target)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var rsp []byte
+	var samples []float64
+	calls := 0
+	for round := 0; round <= job.Rounds; round++ {
+		for _, c := range cases {
+			if err := prepare(typ, c, 1); err != nil {
+				return err
+			}
+			// The garbage of marshalling is collected now, not during the timed calls.
+			runtime.GC()
+			start := time.Now()
+			n, err := reconcile(context.Background(), conn, c, &rsp)
+			if err != nil {
+				return err
+			}
+			if round > 0 {
+				samples = append(samples, float64(time.Since(start).Nanoseconds())/1e6)
+			}
+			calls = n
+			c.first, c.next = nil, nil
+		}
+	}
+	return json.NewEncoder(os.Stdout).Encode(FleetResult{
+		Clusters: len(cases),
+		Calls:    calls,
+		MedianMs: quantile(samples, 0.5),
+		P90Ms:    quantile(samples, 0.9),
+	})
+}
+
 func main() {
+	fleet := flag.String("fleet", "", "reconcile the fleet in this file round robin")
+	flag.Parse()
+	if *fleet != "" {
+		if err := runFleet(*fleet); err != nil {
+			fmt.Fprintln(os.Stderr, "benchclient:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "benchclient:", err)
 		os.Exit(1)

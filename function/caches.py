@@ -1,0 +1,400 @@
+"""What the function keeps between calls, for speed, and why a hit is always the right answer.
+
+A control plane calls the function for every XR it serves, each reconcile two calls of the
+requirements loop, each XR at least every minute (Crossplane's poll interval, or the TTL the
+function answers with). Nearly all of those calls repeat an earlier one, so the function remembers:
+
+- answers by Crossplane's tag (TAGGED): a steady cluster's reconcile is answered from them;
+- compositions with what they were made from (COMPOSED), for a call under a new tag that reads
+  nothing new;
+- observed resources as last read (SEEN) and required resources converted (REQUIRED);
+- what is made of content alone and shared by identity: encoded bodies (ENCODED), validated models
+  (PARSED), the serving stack's bodies (BODIES) and Usages (USAGES).
+
+Every entry is weighed in bytes (what it holds, estimated from its encoded size) against one
+budget for all of them, which the operator sets (`--cache-mib`, `FUNCTION_CACHE_MIB`); when it is
+full the entry used longest ago goes, whichever cache holds it. An entry unused for IDLE_SECONDS
+goes too: Crossplane reconciles every XR it serves at least every few minutes, so a cluster not
+seen for that long is paused or deleted, and nothing of a composite gone for good outlives it by
+more than that (Crossplane never calls a function for an XR being deleted). What is dropped is
+made again on the next call that needs it: the caches change how fast an answer comes, never what
+it is (tests/test_server.py replays fleets in Go's map orders with caches emptied, starved and
+warm, and compares bytes).
+
+What each hit relies on: Crossplane's tag is a SHA-256 of the request marshalled deterministically
+(`Tag` in composition_functions.go), so equal tags are equal requests; the API server never gives
+the same uid and resourceVersion to different content (what every Kubernetes cache trusts); a
+dict's content is its marshal dump (marshal is faithful for plain data, and dicts are converted in
+key order, so equal content is equal bytes).
+"""
+
+import marshal
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from function import wire
+from function.output import Output
+
+MIB = 1 << 20
+BUDGET_ENV = "FUNCTION_CACHE_MIB"
+# Room for 700 clusters of the largest shape (EKS, 8 pools, Dynamo: 0.7 MiB of entries each) or
+# 1900 small ones (Existing: 0.27 MiB); the entries' weights are within a fifth of what tracemalloc
+# finds them holding (`make bench`'s fleet column; README "Performance").
+DEFAULT_BUDGET_MIB = 512
+IDLE_SECONDS = 10 * 60
+# A converted dict takes about seven times its marshal dump in memory (measured on the largest
+# cluster's bodies with sys.getsizeof, item by item).
+DICT_WEIGHT = 7
+ENTRY_OVERHEAD = 200  # an OrderedDict slot, the entry's list, the key's tuple
+
+
+class Store:
+    """One budget in bytes for every cache, and the clock their entries are used by."""
+
+    def __init__(
+        self, budget: int, idle: float = IDLE_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.budget = budget
+        self.idle = idle
+        self.clock = clock
+        self.caches: list[Cache] = []
+        self.held = 0
+        self.now = clock()
+
+    def call(self) -> None:
+        """A call begins: entries it uses are marked now, and what no call used for `idle`
+        seconds is dropped."""
+        self.now = self.clock()
+        cutoff = self.now - self.idle
+        for cache in self.caches:
+            cache.drop_idle(cutoff)
+
+    def make_room(self) -> None:
+        """Drop the entries used longest ago, in whichever cache, until the budget holds; those
+        of a cache kept last (answers by tag) only once the others hold nothing."""
+        while self.held > self.budget:
+            holding = [c for c in self.caches if c and not c.kept_last] or [
+                c for c in self.caches if c
+            ]
+            if not holding:
+                return
+            min(holding, key=Cache.coldest).drop_coldest()
+
+    def clear(self) -> None:
+        for cache in self.caches:
+            cache.clear()
+
+
+# The budget is set by the CLI (--cache-mib, or FUNCTION_CACHE_MIB).
+STORE = Store(DEFAULT_BUDGET_MIB * MIB)
+
+
+class Cache:
+    """A map whose entries count against the store's budget, least recently used dropped first.
+
+    weigh(key, value) is what an entry holds in bytes (an estimate from its encoded size, cheap
+    to take: it is taken once, when the entry is put). A cache kept last gives up entries only
+    when no other cache holds any.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        weigh: Callable[[Any, Any], int],
+        store: Store | None = None,
+        *,
+        kept_last: bool = False,
+    ) -> None:
+        self.name = name
+        self.weigh = weigh
+        self.kept_last = kept_last
+        self.store = store or STORE
+        self.store.caches.append(self)
+        self._items: OrderedDict[Any, list] = OrderedDict()  # key -> [value, size, last used]
+        self.held = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def find(self, key: Any) -> Any:
+        """The value kept for key (now the most recently used), or None."""
+        entry = self._items.get(key)
+        if entry is None:
+            return None
+        entry[2] = self.store.now
+        self._items.move_to_end(key)
+        return entry[0]
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        """The value kept for key, made (and kept) when there is none."""
+        value = self.find(key)
+        if value is None:
+            value = make()
+            self.put(key, value)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        size = self.weigh(key, value) + ENTRY_OVERHEAD
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._forget(old)
+        if size > self.store.budget:  # would push out everything else: not kept
+            return
+        self._items[key] = [value, size, self.store.now]
+        self.held += size
+        self.store.held += size
+        self.store.make_room()
+
+    def pop(self, key: Any) -> None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._forget(old)
+
+    def coldest(self) -> float:
+        return next(iter(self._items.values()))[2]
+
+    def drop_coldest(self) -> None:
+        self._forget(self._items.popitem(last=False)[1])
+
+    def drop_idle(self, cutoff: float) -> None:
+        items = self._items
+        while items and next(iter(items.values()))[2] < cutoff:
+            self._forget(items.popitem(last=False)[1])
+
+    def clear(self) -> None:
+        self.store.held -= self.held
+        self.held = 0
+        self._items.clear()
+
+    def _forget(self, entry: list) -> None:
+        self.held -= entry[1]
+        self.store.held -= entry[1]
+
+
+def _bytes(*parts: Any) -> int:
+    """Bytes held by plain data: bytes and strings by length, tuples item by item."""
+    total = 0
+    for part in parts:
+        if isinstance(part, bytes | str | memoryview):
+            total += len(part)
+        elif isinstance(part, tuple | list | frozenset):
+            total += 8 * len(part) + _bytes(*part)
+        else:
+            total += 16
+    return total
+
+
+# --- answers by Crossplane's tag -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one call answers, encoded: all a kept answer needs, none of the composition."""
+
+    kind: str | None
+    name: str | None
+    ready: bool | None
+    count: int  # desired resources, for the log
+    parts: tuple[bytes, ...]  # the encoded answer (fn.encoded)
+
+
+# Crossplane tags a request with a SHA-256 of the whole request, marshalled deterministically (its
+# composite, every observed resource with its connection details, the bootstrap required resources
+# and schemas, context, input and credentials): equal tags, equal requests, whatever order their
+# maps came in. The calls of a requirements loop keep the first call's tag: what the loop fetched
+# (required resources and schemas) and the capabilities are part of the key, by content. A steady
+# cluster's reconcile is then known without reading what it observes. A tag that is not a SHA-256
+# (a hand-made request's; crossplane render sends none) vouches for nothing. Only the encoded
+# answer is kept: a cluster that changes leaves a trail of old tags behind, which must not hold
+# its compositions. Kept last when the budget is short: a steady reconcile needs nothing else, and
+# an answer is the smallest thing kept of a cluster (a fifth of what a cluster's entries weigh).
+TAGGED = Cache("answers by tag", lambda key, answer: _bytes(key[0], *answer.parts), kept_last=True)
+_CONTENT_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def by_tag(req: wire.Request, handed: dict[str, tuple], make: Callable[[], Answer]) -> Answer:
+    """The answer kept for the request's tag and what was fetched after tagging, or make()'s."""
+    if not _CONTENT_HASH.fullmatch(req.meta.tag):
+        return make()
+    key = (
+        req.meta.tag,
+        tuple(req.meta.capabilities),
+        tuple(handed.items()),
+        tuple(sorted(req.installed_schemas.items())),
+    )
+    return TAGGED.get(key, make)
+
+
+# --- compositions with what they were made from --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Made:
+    """A composition and everything it was made from."""
+
+    given: tuple  # the composite, the required resources, the installed kinds, ask_first
+    names: frozenset[str]  # the observed resources' names
+    read: tuple[tuple[str, tuple | bytes], ...]  # what tells each observed resource read
+    out: Output
+
+
+def _made_weight(_: Any, made: Made) -> int:
+    # What it was made from, and the composition's own bodies (not yet encoded when it is put;
+    # the stack's and the Usages' are shared, held by BODIES and USAGES), 400 bytes a resource.
+    return (
+        len(made.given[0]) + 64 * (len(made.names) + len(made.read)) + 400 * len(made.out.resources)
+    )
+
+
+# Compositions by composite and the names of the requirements handed over (a reconcile's calls
+# differ in those). compose_cluster is a pure function of what it is given: while the composite,
+# its required resources, the installed kinds, the observed resources' names and every observed
+# resource it read are the same (by version, or by bytes without one), so is its answer. A
+# request under a new tag that matches is answered with the kept composition; any other is
+# composed afresh.
+COMPOSED = Cache("compositions", _made_weight)
+
+
+def composition(
+    where: tuple,
+    given: tuple,
+    observed: Mapping[str, bytes],
+    compose: Callable[[], tuple[Output, Mapping[str, tuple | bytes]]],
+) -> Output:
+    """The composition kept at where if it was made from what is given now, else compose()'s
+    (which says what told each observed resource it read)."""
+    made = COMPOSED.find(where)
+    if made is not None and _still(made, given, observed):
+        return made.out
+    out, read = compose()
+    COMPOSED.put(where, Made(given, frozenset(observed.keys()), tuple(sorted(read.items())), out))
+    return out
+
+
+def _still(made: Made, given: tuple, observed: Mapping[str, bytes]) -> bool:
+    """Whether made was made from what is given now."""
+    if made.given != given or made.names != frozenset(observed.keys()):
+        return False
+    for key, told in made.read:
+        data = observed[key]
+        if data != told and wire.version(data) != told:
+            return False
+    return True
+
+
+# --- what is observed and required ---------------------------------------------------------------
+
+
+# Composites converted (identity, spec and status), by version: both calls of a reconcile carry
+# the same composite, and so does every reconcile until the XR is written (its resourceVersion
+# changes with every write, its status included). Without a version, converted afresh.
+COMPOSITES = Cache("composites", lambda key, _: 64 * DICT_WEIGHT + key[2])
+
+
+def composite(data: bytes, convert: Callable[[], dict]) -> dict:
+    version = wire.version(data)
+    return convert() if version is None else COMPOSITES.get(version, convert)
+
+
+# What was read of each observed resource, by composite and resource name. Crossplane sends every
+# observed resource on every call, the same until a provider or the API server changes it: what
+# was read of one (a condition, an id) is read once. Kept by name with what tells the content it
+# was read from (its version, wire.version, or without one its bytes), never the resource's own
+# bytes: a new request brings them again, and they are parsed only for what was not read before.
+SEEN = Cache(
+    "reads of observed resources",
+    lambda _, kept: 600 + (len(kept[0]) if isinstance(kept[0], bytes) else 0),
+)
+
+
+def seen(where: tuple, data: bytes) -> tuple[dict, tuple | bytes, tuple | None]:
+    """What was read of the observed resource encoded as data (a Resource message), to note
+    more in; what tells its content (its version, or its bytes); and its version."""
+    version = wire.version(data)
+    told = version or data
+    kept = SEEN.find(where)
+    if kept is not None and kept[0] == told:
+        return kept[1], told, version
+    reads: dict = {}
+    SEEN.put(where, (told, reads))
+    return reads, told, version
+
+
+# Required resources (InferenceClasses, InferenceGateways, consumers, ProviderConfigs) converted,
+# by version (wire.version), or by content without one: every call of every reconcile hands over
+# the same classes and gateways until one changes, and every cluster of a fleet the same classes.
+REQUIRED = Cache(
+    "required resources",
+    lambda key, item: (len(key) if isinstance(key, bytes) else 64) + DICT_WEIGHT * len(item[1]),
+)
+
+
+def required_item(data: bytes, convert: Callable[[], tuple[str | None, bytes]]):
+    return REQUIRED.get(wire.version(data) or data, convert)
+
+
+# --- made of content alone -----------------------------------------------------------------------
+
+
+class Structs:
+    """Dicts encoded as Struct messages and desired resources as State entries, kept by content.
+
+    Encoding a dict into a Struct runs in Python, field by field; a steady cluster returns the
+    same bodies every time. An equal marshal dump means equal content, hence equal bytes, and a
+    body that changes in any way is encoded afresh. A shared body (never changed once made, see
+    Desired.shared) is known by identity instead: its entry holds the body, so no other object
+    can take its identity while the entry is kept.
+    """
+
+    def __init__(self, store: Store | None = None) -> None:
+        self._content = Cache(
+            "encoded by content", lambda key, data: len(key[-1]) + len(data), store
+        )
+        self._shared = Cache("encoded shared bodies", lambda _, kept: len(kept[3]) * 5 // 2, store)
+
+    def encoded(self, body: dict) -> bytes:
+        return self._content.get((marshal.dumps(body),), lambda: wire.struct_message(body))
+
+    def entry(self, key: str, body: dict, ready: bool, *, shared: bool = False) -> bytes:
+        """The State.resources entry of a desired resource."""
+        if shared:
+            kept = self._shared.get(
+                id(body), lambda: (body, key, ready, wire.state_entry(key, body, ready))
+            )
+            if kept[0] is body and kept[1] == key and kept[2] == ready:
+                return kept[3]
+        return self._content.get(
+            (key, ready, marshal.dumps(body)), lambda: wire.state_entry(key, body, ready)
+        )
+
+    def clear(self) -> None:
+        self._content.clear()
+        self._shared.clear()
+
+
+ENCODED = Structs()
+
+# InferenceCluster and InferenceClass models by the content they were validated from (a model is
+# frozen): a cluster and its classes are the same from one call to the next.
+PARSED = Cache("validated models", lambda key, _: 2 * len(key[1]))
+
+# The serving stack's bodies by what they are made of (component, cluster, ProviderConfig, and
+# the built values by content, or a fixed manifest by identity, which the component table holds
+# for good): a cluster's stack is the same from one reconcile to the next, so each body is made
+# once and shared (never changed once made).
+BODIES = Cache("stack bodies", lambda key, _: 2 * len(key[-1] or b""))
+
+# Usages by what they name (cluster, edge, both ends' apiVersion, kind and name): the same from
+# one reconcile to the next, made once and shared.
+USAGES = Cache("usages", lambda key, _: _bytes(*key))
+
+
+def forget() -> None:
+    """Empty every cache: each answer is then made from nothing, as for a cluster not seen for
+    longer than the caches remember (`make bench` measures it; nothing else needs it, since a
+    cache can only be right)."""
+    STORE.clear()

@@ -1,0 +1,88 @@
+"""The caches' budget: sized in bytes, the least recently used entry dropped first whichever cache
+holds it, answers by tag kept last, nothing kept longer than the idle time."""
+
+from function import caches
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def store(budget: int, idle: float = 600) -> tuple[caches.Store, Clock]:
+    clock = Clock()
+    return caches.Store(budget, idle, clock), clock
+
+
+def by_length(_, value: bytes) -> int:
+    return len(value)
+
+
+def test_the_budget_holds_and_the_least_recently_used_entry_goes_first_in_any_cache():
+    s, clock = store(budget=3 * (100 + caches.ENTRY_OVERHEAD))
+    a, b = caches.Cache("a", by_length, s), caches.Cache("b", by_length, s)
+    for i, cache in enumerate((a, b, a)):
+        clock.now = i
+        s.call()
+        cache.put(i, b"x" * 100)
+    clock.now = 3
+    s.call()
+    assert a.find(0) == b"x" * 100  # used again: now the most recent
+    b.put("new", b"y" * 100)  # over budget: the coldest, b's entry 1, goes
+    assert b.find(1) is None
+    assert a.find(0) is not None and a.find(2) is not None and b.find("new") is not None
+    assert s.held == a.held + b.held <= s.budget
+
+
+def test_answers_by_tag_go_only_once_every_other_cache_is_empty():
+    s, clock = store(budget=2 * (100 + caches.ENTRY_OVERHEAD))
+    answers = caches.Cache("answers", by_length, s, kept_last=True)
+    other = caches.Cache("other", by_length, s)
+    answers.put("old", b"a" * 100)
+    clock.now = 1
+    s.call()
+    other.put("warm", b"o" * 100)
+    other.put("warmer", b"o" * 100)  # over: the other cache gives, though its entry is newer
+    assert answers.find("old") is not None
+    assert len(other) == 1
+    answers.put("new", b"a" * 100)
+    answers.put("newer", b"a" * 100)  # other is empty now: the oldest answer goes
+    assert len(other) == 0 and answers.find("old") is None and len(answers) == 2
+
+
+def test_an_entry_larger_than_the_budget_is_not_kept():
+    s, _ = store(budget=1000)
+    cache = caches.Cache("a", by_length, s)
+    cache.put("small", b"s")
+    cache.put("huge", b"h" * 2000)
+    assert cache.find("huge") is None and cache.find("small") == b"s"
+    assert cache.get("huge", lambda: b"h" * 2000) == b"h" * 2000  # made, answered, not kept
+
+
+def test_what_no_call_used_for_the_idle_time_is_dropped():
+    """Crossplane calls for every XR at least every few minutes: what a deleted composite left
+    goes once the idle time has passed, what live ones use stays."""
+    s, clock = store(budget=1 << 20, idle=600)
+    cache = caches.Cache("a", by_length, s)
+    cache.put("gone", b"g")
+    cache.put("live", b"l")
+    for minute in range(1, 12):
+        clock.now = 60 * minute
+        s.call()
+        assert cache.find("live") == b"l"
+    assert cache.find("gone") is None
+    assert s.held == cache.held == len(b"l") + caches.ENTRY_OVERHEAD
+
+
+def test_a_replaced_entry_is_weighed_once():
+    s, _ = store(budget=1 << 20)
+    cache = caches.Cache("a", by_length, s)
+    cache.put("k", b"x" * 10)
+    cache.put("k", b"x" * 30)
+    assert s.held == cache.held == 30 + caches.ENTRY_OVERHEAD
+    cache.pop("k")
+    cache.clear()
+    assert s.held == cache.held == 0
