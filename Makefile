@@ -53,8 +53,10 @@ CP_MODS         := tests/tools/controlplane
 ETCD            := $(TOOLS_BIN)/etcd
 KUBE_APISERVER  := $(TOOLS_BIN)/kube-apiserver
 KUBE_CM         := $(TOOLS_BIN)/kube-controller-manager
+KUBE_SCHEDULER  := $(TOOLS_BIN)/kube-scheduler
 CROSSPLANE_CORE := $(TOOLS_BIN)/crossplane-core
-E2E_TOOLS       := $(KUBE_APISERVER) $(KUBE_CM) $(CROSSPLANE_CORE) $(ETCD)
+KWOK            := $(TOOLS_BIN)/kwok
+E2E_TOOLS       := $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(CROSSPLANE_CORE) $(ETCD) $(KWOK)
 required         = $(shell awk '$$1 == "require" && $$2 == "$(2)" {print $$3}' $(CP_MODS)/$(1)/go.mod)
 K8S_VERSION     := $(call required,kubernetes,k8s.io/kubernetes)
 XP_VERSION      := $(call required,crossplane,github.com/crossplane/crossplane/v2)
@@ -65,10 +67,11 @@ K8S_LDFLAGS     := -s -w -X $(K8S_VERSION_PKG).gitVersion=$(K8S_VERSION) \
 
 e2e-tools: $(E2E_TOOLS)
 
-$(KUBE_APISERVER) $(KUBE_CM): $(CP_MODS)/kubernetes/go.mod $(CP_MODS)/kubernetes/go.sum
+$(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER): $(CP_MODS)/kubernetes/go.mod $(CP_MODS)/kubernetes/go.sum
 	mkdir -p $(TOOLS_BIN)
 	cd $(CP_MODS)/kubernetes && go build -trimpath -ldflags "$(K8S_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
 $(KUBE_CM): | $(KUBE_APISERVER)
+$(KUBE_SCHEDULER): | $(KUBE_CM)
 
 $(CROSSPLANE_CORE): $(CP_MODS)/crossplane/go.mod $(CP_MODS)/crossplane/go.sum | $(KUBE_CM)
 	mkdir -p $(TOOLS_BIN)
@@ -79,6 +82,11 @@ $(CROSSPLANE_CORE): $(CP_MODS)/crossplane/go.mod $(CP_MODS)/crossplane/go.sum | 
 $(ETCD): $(CP_MODS)/etcd/go.mod $(CP_MODS)/etcd/go.sum | $(CROSSPLANE_CORE)
 	mkdir -p $(TOOLS_BIN)
 	cd $(CP_MODS)/etcd && go build -trimpath -ldflags "-s -w" -o $@ go.etcd.io/etcd/server/v3
+
+# kwok v0.8.0 (tests/tools/kwok) plays the kubelets of the workload cluster's nodes in tests/e2e.
+$(KWOK): tests/tools/kwok/go.mod tests/tools/kwok/go.sum | $(ETCD)
+	mkdir -p $(TOOLS_BIN)
+	cd tests/tools/kwok && go build -trimpath -ldflags "-s -w" -o $@ sigs.k8s.io/kwok/cmd/kwok
 
 ## Render a bundled example (EXAMPLE=existing|gke|eks|aks|nebius|vultr) with the real crossplane CLI.
 render: setup
