@@ -269,17 +269,22 @@ class Pki:
         return private, public
 
 
-def kubeconfig_text(server: str, pki: Pki, token: str, name: str = "e2e") -> str:
-    """A kubeconfig for server with its CA inline and a bearer token (a file or a Secret's value)."""
-    ca = base64.b64encode(pki.ca_file.read_bytes()).decode()
+def kubeconfig_text(
+    server: str, pki: Pki, token: str | None, name: str = "e2e", *, inline: bool = True
+) -> str:
+    """A kubeconfig for server with a bearer token, if any, and its CA inline (a Secret's value)
+    or as the CA file's path."""
+    ca = (
+        {"certificate-authority-data": base64.b64encode(pki.ca_file.read_bytes()).decode()}
+        if inline
+        else {"certificate-authority": str(pki.ca_file)}
+    )
     return yaml.safe_dump(
         {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [
-                {"name": name, "cluster": {"server": server, "certificate-authority-data": ca}}
-            ],
-            "users": [{"name": "admin", "user": {"token": token}}],
+            "clusters": [{"name": name, "cluster": {"server": server, **ca}}],
+            "users": [{"name": "admin", "user": {"token": token} if token else {}}],
             "contexts": [{"name": name, "context": {"cluster": name, "user": "admin"}}],
             "current-context": name,
         }
@@ -287,7 +292,8 @@ def kubeconfig_text(server: str, pki: Pki, token: str, name: str = "e2e") -> str
 
 
 def write_kubeconfig(path: Path, server: str, pki: Pki, token: str) -> None:
-    path.write_text(kubeconfig_text(server, pki, token))
+    """A kubeconfig file for the tools run here (the CA named by its path)."""
+    path.write_text(kubeconfig_text(server, pki, token, inline=False))
     path.chmod(0o600)
 
 

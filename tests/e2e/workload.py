@@ -114,14 +114,19 @@ class WorkloadCluster(Supervisor):
         self.etcd, self.prefix = etcd, prefix
         self.ports = Ports()
         self.token = secrets.token_hex(16)
+        # What the simulated cloud IAM issues for the cluster's service account (GKE's
+        # GoogleApplicationCredentials identity): a bearer token this API server knows.
+        self.identity_token = f"ya29.e2e-{secrets.token_hex(16)}"
         self.kubeconfig = self.workdir / "kubeconfig"
 
     @property
     def server(self) -> str:
         return f"https://{LOCALHOST}:{self.ports.apiserver}"
 
-    def kubeconfig_text(self) -> str:
-        return kubeconfig_text(self.server, self.pki, self.token, name="workload")
+    def kubeconfig_text(self, *, token: bool = True) -> str:
+        """The admin kubeconfig; without its token for a cloud whose clients authenticate through
+        an identity (GKE: the kubeconfig carries the endpoint and CA only)."""
+        return kubeconfig_text(self.server, self.pki, self.token if token else None, "workload")
 
     def start(self) -> WorkloadCluster:
         self.guard()
@@ -156,7 +161,10 @@ class WorkloadCluster(Supervisor):
         self.component_certs = pki.issue("components", "workload", server=True, ips=[LOCALHOST])
         self.sa_key, self.sa_pub = pki.key_pair("service-account")
         self.tokens = self.workdir / "tokens.csv"
-        self.tokens.write_text(f'{self.token},admin,1,"system:masters"\n')
+        self.tokens.write_text(
+            f'{self.token},admin,1,"system:masters"\n'
+            f'{self.identity_token},cloud-service-account,2,"system:masters"\n'
+        )
         self.tokens.chmod(0o600)
         write_kubeconfig(self.kubeconfig, self.server, pki, self.token)
 
@@ -169,6 +177,9 @@ class WorkloadCluster(Supervisor):
                 f"--etcd-prefix={self.prefix}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 f"--disable-admission-plugins={WEBHOOK_PLUGINS}",
+                # Privileged containers (the DRA kubelet plugin, NFD's worker...), as every cloud's
+                # clusters allow (kubeadm sets it too); the API server's default refuses them.
+                "--allow-privileged=true",
             ],
         )
 
