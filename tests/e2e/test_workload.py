@@ -36,6 +36,7 @@ from tests.e2e.controlplane import LOCALHOST, SYSTEM_NAMESPACE, ControlPlane
 from tests.e2e.kube import Kube, condition, wait_for
 from tests.e2e.simulator import Simulator, served_managed_kinds
 from tests.e2e.test_control_plane import (
+    API_VERSION,
     Converged,
     Deployed,
     E2EExample,
@@ -190,7 +191,16 @@ def installed(
             state.timings = {"converged": time.monotonic() - began}
             yield state
         finally:
-            for obj in (xr, *classes, *setup):
+            # The XR first: the providers uninstall through the workload cluster, with the
+            # kubeconfig Secret of the setup, so both stay until everything composed is gone.
+            kube.delete(API_VERSION, "InferenceCluster", state.name)
+            with contextlib.suppress(TimeoutError):
+                wait_for(
+                    lambda: state.get() is None and not any(state.composed()),
+                    timeout=300,
+                    what=f"everything {state.name} composed to be deleted",
+                )
+            for obj in (*classes, *setup):
                 namespaced = kube.resource_of(obj).namespaced
                 meta = obj["metadata"]
                 kube.delete(
@@ -198,14 +208,6 @@ def installed(
                     obj["kind"],
                     meta["name"],
                     meta.get("namespace") if namespaced else None,
-                )
-            # The providers uninstall through the workload cluster (their finalizers): let them
-            # finish before it stops.
-            with contextlib.suppress(TimeoutError):
-                wait_for(
-                    lambda: state.get() is None and not any(state.composed()),
-                    timeout=300,
-                    what=f"everything {state.name} composed to be deleted",
                 )
 
 
