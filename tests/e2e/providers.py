@@ -65,8 +65,7 @@ PROVIDERS = ("provider-helm", "provider-kubernetes")
 MODULES = ROOT / "tests" / "tools" / "providers"
 PROVIDER_KUBERNETES_MODULE = "github.com/crossplane-contrib/provider-kubernetes"
 CHARTS_SERVER = "charts-server"
-# Mounts the namespace's own /etc/hosts and /tmp, then becomes the provider (same PID: unshare
-# without --fork execs its command, and so does sh).
+# Mounts the namespace's own /etc/hosts and /tmp, then becomes the command.
 NAMESPACE_SCRIPT = 'mount --bind "$1" /etc/hosts && mount --bind "$2" /tmp && shift 2 && exec "$@"'
 # The provider's /tmp inside its namespace: a private folder of the workdir, bind-mounted there.
 INSIDE_TMP = "/tmp"  # noqa: S108
@@ -129,6 +128,48 @@ def usage_crds() -> list[Path]:
     if len(found) != 4:
         raise StartupError(f"expected 4 ProviderConfigUsage CRDs, found {[str(p) for p in found]}")
     return found
+
+
+def self_contained_kubeconfig(path: Path) -> str:
+    """A kubeconfig with every CA file it names inlined (certificate-authority-data): a provider
+    sees only its own /tmp, so a kubeconfig it reads, from KUBECONFIG or from a ProviderConfig's
+    Secret, must not point at files (as a cloud's kubeconfig does not)."""
+    config = yaml.safe_load(path.read_text())
+    for cluster in config.get("clusters") or []:
+        ca_path = cluster["cluster"].pop("certificate-authority", None)
+        if ca_path:
+            data = base64.b64encode(Path(ca_path).read_bytes()).decode()
+            cluster["cluster"]["certificate-authority-data"] = data
+    return yaml.safe_dump(config)
+
+
+def in_namespace(argv: list[str], hosts: Path, tmp: Path) -> list[str]:
+    """argv run in a mount namespace of its own with `hosts` as /etc/hosts and `tmp` as /tmp
+    (as the same PID: unshare without --fork execs its command, and so does sh)."""
+    unshare = shutil.which("unshare") or "unshare"
+    prefix = [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c"]
+    return [*prefix, NAMESPACE_SCRIPT, "sh", str(hosts), str(tmp), *argv]
+
+
+def private_tmp(folder: Path, ca: Path) -> Path:
+    """A process's /tmp for in_namespace, trusting only the CA `ca` (see namespace_env)."""
+    (folder / "certs").mkdir(parents=True)
+    shutil.copyfile(ca, folder / "ca.crt")
+    shutil.copyfile(ca, folder / "certs" / "charts-ca.pem")
+    folder.chmod(0o1777)
+    return folder
+
+
+def namespace_env() -> dict[str, str]:
+    """The environment of a process in_namespace: only the CA of its /tmp trusted (Go's
+    crypto/x509 reads SSL_CERT_FILE and SSL_CERT_DIR), HOME that /tmp (no Helm or Docker
+    credentials of the host), no proxy."""
+    return {
+        **NO_PROXY_ENV,
+        "HOME": INSIDE_TMP,
+        "SSL_CERT_FILE": f"{INSIDE_TMP}/ca.crt",
+        "SSL_CERT_DIR": f"{INSIDE_TMP}/certs",
+    }
 
 
 def hosts_file(address: str, hostnames: list[str], base: str = "") -> str:
@@ -260,28 +301,13 @@ class Providers:
 
     def _private_tmp(self, name: str) -> Path:
         """The provider's /tmp: a self-contained kubeconfig, the chart server's CA, TLS folder."""
-        tmp = self.workdir / name / "tmp"
-        (tmp / "certs").mkdir(parents=True)
-        ca = Path(self.charts["ca"]).read_bytes()
-        (tmp / "ca.crt").write_bytes(ca)
-        (tmp / "certs" / "charts-ca.pem").write_bytes(ca)
-        (tmp / "kubeconfig").write_text(yaml.safe_dump(self._kubeconfig()))
+        tmp = private_tmp(self.workdir / name / "tmp", Path(self.charts["ca"]))
+        (tmp / "kubeconfig").write_text(self_contained_kubeconfig(self.cp.kubeconfig))
         (tmp / "kubeconfig").chmod(0o600)
         if name == "provider-kubernetes":
             certs = self.cp.pki.issue(f"{name}-webhook", name, server=True, ips=["127.0.0.1"])
             shutil.copytree(certs, tmp / "tls")
-        tmp.chmod(0o1777)
         return tmp
-
-    def _kubeconfig(self) -> dict:
-        """The control plane's admin kubeconfig with its CA inline (the file it names is outside
-        the provider's /tmp)."""
-        config = yaml.safe_load(self.cp.kubeconfig.read_text())
-        for cluster in config["clusters"]:
-            ca_path = cluster["cluster"].pop("certificate-authority")
-            data = base64.b64encode(Path(ca_path).read_bytes()).decode()
-            cluster["cluster"]["certificate-authority-data"] = data
-        return config
 
     def _provider(self, name: str, binary: Path) -> None:
         tmp = self._private_tmp(name)
@@ -299,19 +325,13 @@ class Providers:
             f"--webhook-port={free_port()}",
         ]
         env = {
-            **NO_PROXY_ENV,
+            **namespace_env(),
             "KUBECONFIG": f"{INSIDE_TMP}/kubeconfig",
-            "HOME": INSIDE_TMP,
-            "SSL_CERT_FILE": f"{INSIDE_TMP}/ca.crt",
-            "SSL_CERT_DIR": f"{INSIDE_TMP}/certs",
             "TLS_SERVER_CERTS_DIR": f"{INSIDE_TMP}/tls",
         }
         if name == "provider-kubernetes" and self.watches:
             args.append("--enable-watches")
-        unshare = shutil.which("unshare") or "unshare"
-        argv = [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c"]
-        argv += [NAMESPACE_SCRIPT, "sh", str(self.hosts), str(tmp), *args]
-        proc = self._spawn(name, argv, env)
+        proc = self._spawn(name, in_namespace(args, self.hosts, tmp), env)
 
         def ready() -> bool:
             url = f"http://127.0.0.1:{health}/readyz"

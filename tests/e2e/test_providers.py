@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -27,7 +30,17 @@ from tests.conftest import crds_dir
 from tests.e2e import charts_server
 from tests.e2e.controlplane import ControlPlane, StartupError, binaries, provider_crds
 from tests.e2e.kube import ApiError, Kube, condition, wait_for
-from tests.e2e.providers import PROVIDERS, Providers, provider_binaries, usage_crds
+from tests.e2e.providers import (
+    INSIDE_TMP,
+    PROVIDERS,
+    Providers,
+    hosts_file,
+    in_namespace,
+    namespace_env,
+    private_tmp,
+    provider_binaries,
+    usage_crds,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "modelplane-system"
@@ -56,6 +69,50 @@ def test_every_release_the_function_composes_is_served():
     assert missing == set(UNCHECKED)
     assert {c.host for c in served.values()} <= hosts
     assert "registry-1.docker.io" in hosts  # what oras-go dials for docker.io
+
+
+def test_every_served_chart_pulls_with_the_real_helm_by_its_hostname(tmp_path):
+    """The real Helm CLI (v4.2.3, what provider-helm links), in the providers' namespace setup,
+    pulls every served chart as its Release names it, byte for byte the archive packaged; the
+    chart that is not served is not found."""
+    server, info = charts_server.serve(tmp_path / "charts")
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2})
+    thread.start()
+    try:
+        hosts = tmp_path / "hosts"
+        hosts.write_text(hosts_file(info["address"], info["hostnames"]))
+        tmp = private_tmp(tmp_path / "tmp", Path(info["ca"]))
+        (tmp / "pulled").mkdir()
+        env = {**os.environ, **namespace_env()}
+        outcome = {}
+        for chart in charts_server.wanted():
+            if chart.oci:
+                args = ["pull", f"{chart.repository}/{chart.name}"]
+            else:
+                args = ["pull", chart.name, "--repo", chart.repository]
+            args += ["--version", chart.version, "--destination", f"{INSIDE_TMP}/pulled"]
+            argv = in_namespace([charts_server.helm_bin(), *args], hosts, tmp)
+            proc = subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=120, check=False
+            )
+            outcome[chart] = proc
+        for chart, proc in outcome.items():
+            if chart.folder is None:
+                assert proc.returncode != 0
+                assert "not found" in proc.stderr
+                continue
+            assert proc.returncode == 0, proc.stderr
+            name = f"{chart.name}-{chart.version}.tgz"
+            packaged = tmp_path / "charts" / "packages" / chart.host / chart.path / name
+            assert (tmp / "pulled" / name).read_bytes() == packaged.read_bytes()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    hosts_asked = {
+        r["host"] for r in map(json.loads, Path(info["requests"]).read_text().splitlines())
+    }
+    assert hosts_asked == set(info["hostnames"]) - {"docker.io"}  # oras-go dials registry-1
 
 
 def _git_blob(data: bytes) -> str:
