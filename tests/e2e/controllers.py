@@ -8,6 +8,8 @@ DaemonSet's pod Ready on the node), so an install that fails shows:
 - the cloud's node pools: a kwok node per GPU pool node the function composed (from the composed
   pools' own fields, tests/nodes.py), once the pool is Ready; for Existing, the GPU nodes the README
   asks the operator to prepare, from the start;
+- the cloud's own add-ons the function only observes: VKE's GPU Operator container-toolkit
+  DaemonSet (it then runs on the GPU nodes like any DaemonSet);
 - NFD's worker: the node labels tests/nodes.py derives from the nfd-worker.conf the release
   installed, on a GPU node whose worker pod is Ready;
 - the NVIDIA DRA kubelet plugin: a ResourceSlice of the node's GPUs (driver gpu.nvidia.com, the
@@ -53,6 +55,31 @@ CONTROLLERS = {  # the app.kubernetes.io/name of the Deployment each stand-in wa
     "envoy-gateway": "gateway-helm",
     "network-operator": "network-operator",
 }
+# VKE installs the NVIDIA GPU Operator itself (function/clusters/vultr.py observes its container
+# toolkit): its DaemonSet, on the nodes NFD finds an NVIDIA PCI device on (the operator's default
+# node selection, feature.node.kubernetes.io/pci-10de.present), tolerating every taint.
+VKE_TOOLKIT = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "nvidia-container-toolkit-daemonset", "namespace": "gpu-operator"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "nvidia-container-toolkit-daemonset"}},
+        "template": {
+            "metadata": {"labels": {"app": "nvidia-container-toolkit-daemonset"}},
+            "spec": {
+                "nodeSelector": {"feature.node.kubernetes.io/pci-10de.present": "true"},
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {
+                        "name": "nvidia-container-toolkit-ctr",
+                        "image": "nvcr.io/nvidia/k8s/container-toolkit",
+                    }
+                ],
+            },
+        },
+    },
+}
+CLOUD_ADDONS = {"Vultr": (VKE_TOOLKIT,)}
 NFD_WORKER = "node-feature-discovery-worker"  # the DaemonSet's name ends so (NFD chart 0.18.3)
 DRA_PLUGIN = "nvidia-dra-driver-gpu-kubelet-plugin"
 ENVOY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
@@ -138,6 +165,7 @@ class StandIns:
     def tick(self) -> None:
         for step in (
             self.node_pools,
+            self.cloud_addons,
             self.nfd,
             self.dra,
             self.cert_manager,
@@ -242,6 +270,26 @@ class StandIns:
                 self.cluster.add_node(name, node.labels, node.taints, allocatable)
                 self.gpu_nodes[name] = gpus
                 self.done.add(f"node/{name}")
+
+    def cloud_addons(self) -> None:
+        """What the cloud installs in its clusters by itself, which the function only observes."""
+        source = ((self.xr() or {}).get("spec") or {}).get("cluster", {}).get("source")
+        for addon in CLOUD_ADDONS.get(source, ()):
+            meta = addon["metadata"]
+            if self.kube.get_or_none("v1", "Namespace", meta["namespace"]) is None:
+                self.kube.apply(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Namespace",
+                        "metadata": {"name": meta["namespace"]},
+                    }
+                )
+            if self.kube.get_or_none(
+                addon["apiVersion"], addon["kind"], meta["name"], meta["namespace"]
+            ):
+                continue
+            self.kube.apply(addon, manager=MANAGER)
+            self.done.add(f"cloud/{meta['name']}")
 
     # --- on the GPU nodes -------------------------------------------------------------------------
 
