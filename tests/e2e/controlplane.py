@@ -45,7 +45,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,29 +90,40 @@ def binaries() -> dict[str, Path]:
     return found
 
 
-def crossplane_version() -> str:
-    """The Crossplane core version pinned in tests/tools/controlplane/crossplane/go.mod."""
-    for line in (TOOLS / "crossplane" / "go.mod").read_text().splitlines():
+def required_version(go_mod: Path, module: str) -> str:
+    """The version a pinned wrapper module's go.mod requires of module."""
+    for line in go_mod.read_text().splitlines():
         words = line.split()
-        if words[:2] == ["require", CROSSPLANE_MODULE]:
+        if words[:2] == ["require", module]:
             return words[2]
-    raise LookupError(f"no `require {CROSSPLANE_MODULE}` line in {TOOLS / 'crossplane/go.mod'}")
+    raise LookupError(f"no `require {module}` line in {go_mod}")
 
 
-def crossplane_crds() -> list[Path]:
-    """Crossplane core's own CRDs, from the pinned module (downloaded if the cache lost it)."""
-    version = crossplane_version()
+def module_dir(module: str, version: str, cwd: Path) -> Path:
+    """Where Go's module cache holds module@version (downloaded if the cache lost it)."""
     proc = subprocess.run(
-        ["go", "mod", "download", "-json", f"{CROSSPLANE_MODULE}@{version}"],
-        cwd=TOOLS / "crossplane",
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
     if proc.returncode != 0:
-        raise StartupError(f"go mod download {CROSSPLANE_MODULE}@{version}: {proc.stderr}")
-    crds = sorted((Path(json.loads(proc.stdout)["Dir"]) / "cluster" / "crds").glob("*.yaml"))
+        raise StartupError(f"go mod download {module}@{version}: {proc.stderr}")
+    return Path(json.loads(proc.stdout)["Dir"])
+
+
+def crossplane_version() -> str:
+    """The Crossplane core version pinned in tests/tools/controlplane/crossplane/go.mod."""
+    return required_version(TOOLS / "crossplane" / "go.mod", CROSSPLANE_MODULE)
+
+
+def crossplane_crds() -> list[Path]:
+    """Crossplane core's own CRDs, from the pinned module."""
+    version = crossplane_version()
+    folder = module_dir(CROSSPLANE_MODULE, version, TOOLS / "crossplane")
+    crds = sorted((folder / "cluster" / "crds").glob("*.yaml"))
     if not crds:
         raise StartupError(f"no CRDs in {CROSSPLANE_MODULE}@{version}/cluster/crds")
     return crds
@@ -421,6 +432,20 @@ class Supervisor:
                 signal.signal(sig, previous)
         self._previous_handlers.clear()
 
+    def run_steps(self, steps: Callable[[], Iterable[tuple[str, Callable[[], None]]]]) -> None:
+        """Run each (name, step) steps() yields, in order and timed (`timings`), guarded: on any
+        failure, stop what started and re-raise."""
+        self.guard()
+        began = time.monotonic()
+        try:
+            (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+            for name, step in steps():
+                self._step(name, step)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["total"] = time.monotonic() - began
+
     def _step(self, name: str, run) -> None:
         began = time.monotonic()
         run()
@@ -557,26 +582,21 @@ class ControlPlane(Supervisor):
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> ControlPlane:
-        self.guard()
-        began = time.monotonic()
-        try:
+        def steps():
             bins = binaries()
-            (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
             self._pki()
-            self._step("etcd", lambda: self._etcd(bins["etcd"]))
-            self._step("kube-apiserver", lambda: self._apiserver(bins["kube-apiserver"]))
-            self._step("crds", self._install_crds)
-            self._step("crossplane", lambda: self._crossplane(bins["crossplane-core"]))
-            self._step("function", self._function)
-            self._step("xrds", self._install_xrds)
-            self._step(
+            yield "etcd", lambda: self._etcd(bins["etcd"])
+            yield "kube-apiserver", lambda: self._apiserver(bins["kube-apiserver"])
+            yield "crds", self._install_crds
+            yield "crossplane", lambda: self._crossplane(bins["crossplane-core"])
+            yield "function", self._function
+            yield "xrds", self._install_xrds
+            yield (
                 "kube-controller-manager",
                 lambda: self._controller_manager(bins["kube-controller-manager"]),
             )
-        except BaseException:
-            self.stop()
-            raise
-        self.timings["total"] = time.monotonic() - began
+
+        self.run_steps(steps)
         return self
 
     # --- components ------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from tests.e2e.controlplane import (
     bin_dir,
     free_port,
     load_yaml,
+    module_dir,
 )
 
 PROVIDERS = ("provider-helm", "provider-kubernetes")
@@ -100,17 +101,7 @@ def provider_kubernetes_dir() -> Path:
     folder = Path(cache) / f"{PROVIDER_KUBERNETES_MODULE}@{version}"
     if folder.is_dir():
         return folder
-    proc = subprocess.run(
-        ["go", "mod", "download", "-json", f"{PROVIDER_KUBERNETES_MODULE}@{version}"],
-        cwd=MODULES / "kubernetes",
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise StartupError(f"go mod download {PROVIDER_KUBERNETES_MODULE}@{version}: {proc.stderr}")
-    return Path(json.loads(proc.stdout)["Dir"])
+    return module_dir(PROVIDER_KUBERNETES_MODULE, version, MODULES / "kubernetes")
 
 
 def usage_crds() -> list[Path]:

@@ -40,6 +40,8 @@ from tests.e2e.test_control_plane import (
     Converged,
     Deployed,
     E2EExample,
+    apply_setup,
+    delete_all,
     example_setup,
     ready,
 )
@@ -175,10 +177,7 @@ def installed(
         )
         setup = with_objects(example_setup(example), existing_secrets(xr, cluster))
         try:
-            for obj in (*setup, *classes):
-                if kube.resource_of(obj).namespaced:
-                    obj["metadata"].setdefault("namespace", SYSTEM_NAMESPACE)
-                kube.apply(obj)
+            apply_setup(kube, (*setup, *classes))
             kube.apply(xr)
             began = time.monotonic()
             state.refs = wait_for(
@@ -199,10 +198,20 @@ def installed(
             kube.delete(API_VERSION, "InferenceCluster", state.name)
             with contextlib.suppress(TimeoutError):
                 wait_for(
-                    lambda: state.get() is None and not any(state.composed()),
+                    lambda: state.get() is None
+                    and not [
+                        o for o in state.composed() if o and not o["apiVersion"].startswith(REAL)
+                    ],
                     timeout=60,
-                    what=f"everything {state.name} composed to be deleted",
+                    what=f"the cloud resources {state.name} composed to be deleted",
                 )
+            if example.existing:  # its kubeconfig stays: the providers can uninstall
+                with contextlib.suppress(TimeoutError):
+                    wait_for(
+                        lambda: not any(state.composed()),
+                        timeout=120,
+                        what=f"the providers to uninstall what {state.name} composed",
+                    )
             for obj in (o for o in state.composed() if o):
                 meta = obj["metadata"]
                 with contextlib.suppress(ApiError):
@@ -213,15 +222,7 @@ def installed(
                         {"metadata": {"finalizers": None}},
                         namespace=meta.get("namespace"),
                     )
-            for obj in (*classes, *setup):
-                namespaced = kube.resource_of(obj).namespaced
-                meta = obj["metadata"]
-                kube.delete(
-                    obj["apiVersion"],
-                    obj["kind"],
-                    meta["name"],
-                    meta.get("namespace") if namespaced else None,
-                )
+            delete_all(kube, (*classes, *setup))
 
 
 def describe(state: Installed) -> str:

@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import json
 import secrets
-import subprocess
 import tempfile
 import time
 import urllib.request
@@ -43,11 +42,12 @@ from tests.e2e.controlplane import (
     ROOT,
     ControlPlane,
     Pki,
-    StartupError,
     Supervisor,
     bin_dir,
     free_port,
     kubeconfig_text,
+    module_dir,
+    required_version,
     write_kubeconfig,
 )
 from tests.e2e.kube import ApiError, condition, wait_for
@@ -70,28 +70,10 @@ SERVICE_CIDR = "10.96.0.0/16"
 WEBHOOK_PLUGINS = "ValidatingAdmissionWebhook,MutatingAdmissionWebhook"
 
 
-def kwok_version() -> str:
-    for line in (KWOK_TOOLS / "go.mod").read_text().splitlines():
-        words = line.split()
-        if words[:2] == ["require", KWOK_MODULE]:
-            return words[2]
-    raise LookupError(f"no `require {KWOK_MODULE}` line in {KWOK_TOOLS / 'go.mod'}")
-
-
 def kwok_stages() -> list[dict]:
-    """kwok's fast stages from the pinned module (downloaded if the cache lost it)."""
-    module = f"{KWOK_MODULE}@{kwok_version()}"
-    proc = subprocess.run(
-        ["go", "mod", "download", "-json", module],
-        cwd=KWOK_TOOLS,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise StartupError(f"go mod download {module}: {proc.stderr}")
-    folder = Path(json.loads(proc.stdout)["Dir"])
+    """kwok's fast stages from the pinned module."""
+    version = required_version(KWOK_TOOLS / "go.mod", KWOK_MODULE)
+    folder = module_dir(KWOK_MODULE, version, KWOK_TOOLS)
     return [yaml.safe_load((folder / stage).read_text()) for stage in KWOK_STAGES]
 
 
@@ -129,23 +111,18 @@ class WorkloadCluster(Supervisor):
         return kubeconfig_text(self.server, self.pki, self.token if token else None, "workload")
 
     def start(self) -> WorkloadCluster:
-        self.guard()
-        began = time.monotonic()
-        try:
+        def steps():
             bins = {name: bin_dir() / name for name in BINARIES}
             missing = [str(p) for p in bins.values() if not p.is_file()]
             if missing:
                 raise FileNotFoundError(f"not built: {missing}; run `make e2e-tools`")
-            (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
             self._pki()
-            self._step("kube-apiserver", lambda: self._apiserver(bins["kube-apiserver"]))
-            self._step("kube-controller-manager", lambda: self._cm(bins["kube-controller-manager"]))
-            self._step("kube-scheduler", lambda: self._scheduler(bins["kube-scheduler"]))
-            self._step("kwok", lambda: self._kwok(bins["kwok"]))
-        except BaseException:
-            self.stop()
-            raise
-        self.timings["total"] = time.monotonic() - began
+            yield "kube-apiserver", lambda: self._apiserver(bins["kube-apiserver"])
+            yield "kube-controller-manager", lambda: self._cm(bins["kube-controller-manager"])
+            yield "kube-scheduler", lambda: self._scheduler(bins["kube-scheduler"])
+            yield "kwok", lambda: self._kwok(bins["kwok"])
+
+        self.run_steps(steps)
         return self
 
     def _pki(self) -> None:
