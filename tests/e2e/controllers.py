@@ -7,7 +7,7 @@ DaemonSet's pod Ready on the node), so an install that fails shows:
 
 - the cloud's node pools: a kwok node per GPU pool node the function composed (from the composed
   pools' own fields, tests/nodes.py), once the pool is Ready; for Existing, the GPU nodes the README
-  asks the operator to prepare, from the start;
+  asks the operator to prepare; each with the class's GPUs, once the XR reports them;
 - the cloud's own add-ons the function only observes: VKE's GPU Operator container-toolkit
   DaemonSet (it then runs on the GPU nodes like any DaemonSet);
 - NFD's worker: the node labels tests/nodes.py derives from the nfd-worker.conf the release
@@ -112,10 +112,6 @@ def pod_ready(pod: dict) -> bool:
     return condition(pod, "Ready").get("status") == "True"
 
 
-def owner_name(obj: dict) -> str:
-    return next((o["name"] for o in obj["metadata"].get("ownerReferences") or []), "")
-
-
 class StandIns:
     """See the module docstring: the XR (`xr()` reads it) composed into `namespace` of the
     management cluster, installed into `cluster`."""
@@ -200,12 +196,12 @@ class StandIns:
         return {
             p["spec"]["nodeName"]
             for p in self.kube.list("v1", "Pod")
-            if owner_name(p).endswith(daemonset_suffix)
-            or any(
+            if any(
                 o["kind"] == "DaemonSet" and o["name"].endswith(daemonset_suffix)
                 for o in p["metadata"].get("ownerReferences") or []
             )
-            if p["spec"].get("nodeName") and pod_ready(p)
+            and p["spec"].get("nodeName")
+            and pod_ready(p)
         }
 
     def list_or_empty(self, api_version: str, kind: str) -> list[dict]:
