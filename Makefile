@@ -53,8 +53,17 @@ CP_MODS         := tests/tools/controlplane
 ETCD            := $(TOOLS_BIN)/etcd
 KUBE_APISERVER  := $(TOOLS_BIN)/kube-apiserver
 KUBE_CM         := $(TOOLS_BIN)/kube-controller-manager
+KUBE_SCHEDULER  := $(TOOLS_BIN)/kube-scheduler
 CROSSPLANE_CORE := $(TOOLS_BIN)/crossplane-core
-E2E_TOOLS       := $(KUBE_APISERVER) $(KUBE_CM) $(CROSSPLANE_CORE) $(ETCD)
+KWOK            := $(TOOLS_BIN)/kwok
+E2E_TOOLS       := $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(CROSSPLANE_CORE) $(ETCD) $(KWOK)
+# The real providers of tests/e2e/providers.py, each from a pinned wrapper module in tests/tools/providers
+# (its cmd/provider main package), after the control plane's binaries (same serial chain).
+PROV_MODS       := tests/tools/providers
+PROVIDER_HELM   := $(TOOLS_BIN)/provider-helm
+PROVIDER_K8S    := $(TOOLS_BIN)/provider-kubernetes
+PROVIDERS       := $(PROVIDER_HELM) $(PROVIDER_K8S)
+provider_version = $(shell awk '$$1 == "require" && $$2 == "github.com/crossplane-contrib/$(1)" {print $$3}' $(PROV_MODS)/$(2)/go.mod)
 required         = $(shell awk '$$1 == "require" && $$2 == "$(2)" {print $$3}' $(CP_MODS)/$(1)/go.mod)
 K8S_VERSION     := $(call required,kubernetes,k8s.io/kubernetes)
 XP_VERSION      := $(call required,crossplane,github.com/crossplane/crossplane/v2)
@@ -63,12 +72,13 @@ K8S_LDFLAGS     := -s -w -X $(K8S_VERSION_PKG).gitVersion=$(K8S_VERSION) \
 	-X $(K8S_VERSION_PKG).gitMajor=$(patsubst v%,%,$(word 1,$(subst ., ,$(K8S_VERSION)))) \
 	-X $(K8S_VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION))) -X $(K8S_VERSION_PKG).gitTreeState=clean
 
-e2e-tools: $(E2E_TOOLS)
+e2e-tools: $(E2E_TOOLS) $(PROVIDERS)
 
-$(KUBE_APISERVER) $(KUBE_CM): $(CP_MODS)/kubernetes/go.mod $(CP_MODS)/kubernetes/go.sum
+$(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER): $(CP_MODS)/kubernetes/go.mod $(CP_MODS)/kubernetes/go.sum
 	mkdir -p $(TOOLS_BIN)
 	cd $(CP_MODS)/kubernetes && go build -trimpath -ldflags "$(K8S_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
 $(KUBE_CM): | $(KUBE_APISERVER)
+$(KUBE_SCHEDULER): | $(KUBE_CM)
 
 $(CROSSPLANE_CORE): $(CP_MODS)/crossplane/go.mod $(CP_MODS)/crossplane/go.sum | $(KUBE_CM)
 	mkdir -p $(TOOLS_BIN)
@@ -79,6 +89,23 @@ $(CROSSPLANE_CORE): $(CP_MODS)/crossplane/go.mod $(CP_MODS)/crossplane/go.sum | 
 $(ETCD): $(CP_MODS)/etcd/go.mod $(CP_MODS)/etcd/go.sum | $(CROSSPLANE_CORE)
 	mkdir -p $(TOOLS_BIN)
 	cd $(CP_MODS)/etcd && go build -trimpath -ldflags "-s -w" -o $@ go.etcd.io/etcd/server/v3
+
+# kwok v0.8.0 (tests/tools/kwok) plays the kubelets of the workload cluster's nodes in tests/e2e.
+$(KWOK): tests/tools/kwok/go.mod tests/tools/kwok/go.sum | $(ETCD)
+	mkdir -p $(TOOLS_BIN)
+	cd tests/tools/kwok && go build -trimpath -ldflags "-s -w" -o $@ sigs.k8s.io/kwok/cmd/kwok
+
+$(PROVIDER_HELM): $(PROV_MODS)/helm/go.mod $(PROV_MODS)/helm/go.sum $(PROV_MODS)/helm/SOURCE | $(KWOK)
+	mkdir -p $(TOOLS_BIN)
+	cd $(PROV_MODS)/helm && go build -trimpath -o $@ \
+		-ldflags "-s -w -X github.com/crossplane-contrib/provider-helm/pkg/version.Version=$(call provider_version,provider-helm,helm)" \
+		github.com/crossplane-contrib/provider-helm/cmd/provider
+
+$(PROVIDER_K8S): $(PROV_MODS)/kubernetes/go.mod $(PROV_MODS)/kubernetes/go.sum | $(PROVIDER_HELM)
+	mkdir -p $(TOOLS_BIN)
+	cd $(PROV_MODS)/kubernetes && go build -trimpath -o $@ \
+		-ldflags "-s -w -X github.com/crossplane-contrib/provider-kubernetes/internal/version.Version=$(call provider_version,provider-kubernetes,kubernetes)" \
+		github.com/crossplane-contrib/provider-kubernetes/cmd/provider
 
 ## Render a bundled example (EXAMPLE=existing|gke|eks|aks|nebius|vultr) with the real crossplane CLI.
 render: setup

@@ -106,6 +106,19 @@ def gpu_nodes(docs) -> list[Node]:
     return [n for n in (_pool_node(d, templates) for d in docs) if n is not None]
 
 
+def existing_gpu_nodes(xr: dict) -> list[Node]:
+    """An Existing cluster's GPU nodes as the README asks the operator to prepare them: labelled
+    with their pool, tainted nvidia.com/gpu."""
+    return [
+        Node(
+            pool=p["name"],
+            labels={"modelplane.ai/pool": p["name"]},
+            taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+        )
+        for p in xr["spec"]["nodePools"]
+    ]
+
+
 def nfd_worker_config(manifests) -> dict:
     """The nfd-worker.conf of a rendered NFD chart."""
     [conf] = [

@@ -124,16 +124,8 @@ def daemonset_specs(manifests, name: str) -> dict:
 
 
 def existing_gpu_nodes(example: str) -> list[nodes.Node]:
-    """An Existing cluster's GPU node as the README asks the operator to prepare it."""
     [xr] = [d for d in charts.converged(example) if d["kind"] == "InferenceCluster"]
-    return [
-        nodes.Node(
-            pool=p["name"],
-            labels={"modelplane.ai/pool": p["name"]},
-            taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
-        )
-        for p in xr["spec"]["nodePools"]
-    ]
+    return nodes.existing_gpu_nodes(xr)
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import base64
 import concurrent.futures
 import contextlib
 import ctypes
@@ -44,7 +45,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,29 +90,40 @@ def binaries() -> dict[str, Path]:
     return found
 
 
-def crossplane_version() -> str:
-    """The Crossplane core version pinned in tests/tools/controlplane/crossplane/go.mod."""
-    for line in (TOOLS / "crossplane" / "go.mod").read_text().splitlines():
+def required_version(go_mod: Path, module: str) -> str:
+    """The version a pinned wrapper module's go.mod requires of module."""
+    for line in go_mod.read_text().splitlines():
         words = line.split()
-        if words[:2] == ["require", CROSSPLANE_MODULE]:
+        if words[:2] == ["require", module]:
             return words[2]
-    raise LookupError(f"no `require {CROSSPLANE_MODULE}` line in {TOOLS / 'crossplane/go.mod'}")
+    raise LookupError(f"no `require {module}` line in {go_mod}")
 
 
-def crossplane_crds() -> list[Path]:
-    """Crossplane core's own CRDs, from the pinned module (downloaded if the cache lost it)."""
-    version = crossplane_version()
+def module_dir(module: str, version: str, cwd: Path) -> Path:
+    """Where Go's module cache holds module@version (downloaded if the cache lost it)."""
     proc = subprocess.run(
-        ["go", "mod", "download", "-json", f"{CROSSPLANE_MODULE}@{version}"],
-        cwd=TOOLS / "crossplane",
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
     if proc.returncode != 0:
-        raise StartupError(f"go mod download {CROSSPLANE_MODULE}@{version}: {proc.stderr}")
-    crds = sorted((Path(json.loads(proc.stdout)["Dir"]) / "cluster" / "crds").glob("*.yaml"))
+        raise StartupError(f"go mod download {module}@{version}: {proc.stderr}")
+    return Path(json.loads(proc.stdout)["Dir"])
+
+
+def crossplane_version() -> str:
+    """The Crossplane core version pinned in tests/tools/controlplane/crossplane/go.mod."""
+    return required_version(TOOLS / "crossplane" / "go.mod", CROSSPLANE_MODULE)
+
+
+def crossplane_crds() -> list[Path]:
+    """Crossplane core's own CRDs, from the pinned module."""
+    version = crossplane_version()
+    folder = module_dir(CROSSPLANE_MODULE, version, TOOLS / "crossplane")
+    crds = sorted((folder / "cluster" / "crds").glob("*.yaml"))
     if not crds:
         raise StartupError(f"no CRDs in {CROSSPLANE_MODULE}@{version}/cluster/crds")
     return crds
@@ -268,6 +280,34 @@ class Pki:
         return private, public
 
 
+def kubeconfig_text(
+    server: str, pki: Pki, token: str | None, name: str = "e2e", *, inline: bool = True
+) -> str:
+    """A kubeconfig for server with a bearer token, if any, and its CA inline (a Secret's value)
+    or as the CA file's path."""
+    ca = (
+        {"certificate-authority-data": base64.b64encode(pki.ca_file.read_bytes()).decode()}
+        if inline
+        else {"certificate-authority": str(pki.ca_file)}
+    )
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": name, "cluster": {"server": server, **ca}}],
+            "users": [{"name": "admin", "user": {"token": token} if token else {}}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": "admin"}}],
+            "current-context": name,
+        }
+    )
+
+
+def write_kubeconfig(path: Path, server: str, pki: Pki, token: str) -> None:
+    """A kubeconfig file for the tools run here (the CA named by its path)."""
+    path.write_text(kubeconfig_text(server, pki, token, inline=False))
+    path.chmod(0o600)
+
+
 # --- Processes. -----------------------------------------------------------------------------------
 
 
@@ -326,75 +366,34 @@ class Endpoints:
     function: int = field(default_factory=free_port)
 
 
-class ControlPlane:
-    """etcd + kube-apiserver + Crossplane core + the function + kube-controller-manager.
+class Supervisor:
+    """Processes started in order and stopped by PID in reverse order: when the `with` block ends,
+    when start-up fails half way, at interpreter exit, and on SIGTERM/SIGHUP. Logs are in
+    `<workdir>/logs/`."""
 
-    Use as a context manager; `kube` is a client with cluster-admin rights, `kubeconfig` a file
-    for other tools. With `image` (an unpacked runtime image; root only), the function runs from it.
-    """
-
-    def __init__(
-        self,
-        workdir: Path,
-        *,
-        crds: Sequence[Path] = (),
-        xrds: Sequence[Path] = (),
-        manifests: Sequence[Path] = (),
-        namespaces: Sequence[str] = (SYSTEM_NAMESPACE,),
-        timeout: float = 120.0,
-        image: images.Rootfs | None = None,
-    ):
+    def __init__(self, workdir: Path):
         self.workdir = workdir.resolve()
-        self.image = image
-        self.crds, self.xrds, self.manifests = list(crds), list(xrds), list(manifests)
-        self.namespaces = list(namespaces)
-        self.timeout = timeout
-        self.ports = Endpoints()
         self.processes: list[Process] = []
-        self.token = secrets.token_hex(16)
         self.kube: Kube | None = None
-        self.kubeconfig = self.workdir / "kubeconfig"
         self.timings: dict[str, float] = {}
         self._stopping = False
         self._lock = threading.RLock()  # stop() may run again from a signal handler
         self._previous_handlers: dict[int, object] = {}
 
-    # --- lifecycle -------------------------------------------------------------------------------
-
-    def __enter__(self) -> ControlPlane:
+    def __enter__(self):
         self.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def start(self):
+        raise NotImplementedError
+
     def guard(self) -> None:
         """Stop everything at interpreter exit and on SIGTERM/SIGHUP (start() does this)."""
         atexit.register(self.stop)
         self._trap_signals()
-
-    def start(self) -> ControlPlane:
-        self.guard()
-        began = time.monotonic()
-        try:
-            bins = binaries()
-            (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-            self._pki()
-            self._step("etcd", lambda: self._etcd(bins["etcd"]))
-            self._step("kube-apiserver", lambda: self._apiserver(bins["kube-apiserver"]))
-            self._step("crds", self._install_crds)
-            self._step("crossplane", lambda: self._crossplane(bins["crossplane-core"]))
-            self._step("function", self._function)
-            self._step("xrds", self._install_xrds)
-            self._step(
-                "kube-controller-manager",
-                lambda: self._controller_manager(bins["kube-controller-manager"]),
-            )
-        except BaseException:
-            self.stop()
-            raise
-        self.timings["total"] = time.monotonic() - began
-        return self
 
     def stop(self) -> None:
         """Stop every process started, by PID, newest first (etcd last). Safe to call again: a
@@ -433,6 +432,20 @@ class ControlPlane:
                 signal.signal(sig, previous)
         self._previous_handlers.clear()
 
+    def run_steps(self, steps: Callable[[], Iterable[tuple[str, Callable[[], None]]]]) -> None:
+        """Run each (name, step) steps() yields, in order and timed (`timings`), guarded: on any
+        failure, stop what started and re-raise."""
+        self.guard()
+        began = time.monotonic()
+        try:
+            (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+            for name, step in steps():
+                self._step(name, step)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["total"] = time.monotonic() - began
+
     def _step(self, name: str, run) -> None:
         began = time.monotonic()
         run()
@@ -470,6 +483,122 @@ class ControlPlane:
         except TimeoutError as e:
             raise StartupError(f"{e}\n--- {proc.log} ---\n{proc.tail()}") from None
 
+    # --- Kubernetes components, shared by the management and the workload cluster --------------
+
+    def run_apiserver(self, binary: Path, *, etcd: str, port: int, extra: Sequence[str]) -> None:
+        """kube-apiserver on loopback with token auth (self.tokens), RBAC and this PKI's serving
+        certificate (self.apiserver_certs, self.sa_key/sa_pub); self.kube is its admin client."""
+        proc = self.spawn(
+            "kube-apiserver",
+            [
+                str(binary),
+                f"--etcd-servers={etcd}",
+                f"--bind-address={LOCALHOST}",
+                f"--advertise-address={LOCALHOST}",
+                f"--secure-port={port}",
+                f"--tls-cert-file={self.apiserver_certs / 'tls.crt'}",
+                f"--tls-private-key-file={self.apiserver_certs / 'tls.key'}",
+                f"--token-auth-file={self.tokens}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={self.sa_pub}",
+                f"--service-account-signing-key-file={self.sa_key}",
+                # No kubernetes Service endpoints to keep (a loopback address is not allowed there).
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                *extra,
+            ],
+        )
+        self.kube = Kube(LOCALHOST, port, self.token, str(self.pki.ca_file))
+        kube = self.kube
+        self.wait_ready(proc, lambda: kube.request("GET", "/readyz") == "ok", 90, "/readyz")
+
+    def run_kube_component(
+        self, binary: Path, port: int, certs: Path, extra: Sequence[str]
+    ) -> None:
+        """kube-controller-manager or kube-scheduler against self.kubeconfig, serving /healthz
+        on loopback with a certificate of this PKI."""
+        proc = self.spawn(
+            binary.name,
+            [
+                str(binary),
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                f"--bind-address={LOCALHOST}",
+                f"--secure-port={port}",
+                f"--tls-cert-file={certs / 'tls.crt'}",
+                f"--tls-private-key-file={certs / 'tls.key'}",
+                "--profiling=false",
+                *extra,
+            ],
+        )
+        context = ssl.create_default_context(cafile=str(self.pki.ca_file))
+
+        def healthy() -> bool:
+            url = f"https://{LOCALHOST}:{port}/healthz"
+            with urllib.request.urlopen(url, timeout=2, context=context) as r:  # noqa: S310
+                return r.read() == b"ok"
+
+        self.wait_ready(proc, healthy, 60, "/healthz")
+
+    def process(self, name: str) -> Process:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise LookupError(name)
+
+    def logs(self, lines: int = 40) -> str:
+        """The tail of every component's log, for a failing test's message."""
+        return "\n".join(f"--- {p.name} (pid {p.pid}) ---\n{p.tail(lines)}" for p in self.processes)
+
+
+class ControlPlane(Supervisor):
+    """etcd + kube-apiserver + Crossplane core + the function + kube-controller-manager.
+
+    Use as a context manager; `kube` is a client with cluster-admin rights, `kubeconfig` a file
+    for other tools. With `image` (an unpacked runtime image; root only), the function runs from it.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        crds: Sequence[Path] = (),
+        xrds: Sequence[Path] = (),
+        manifests: Sequence[Path] = (),
+        namespaces: Sequence[str] = (SYSTEM_NAMESPACE,),
+        timeout: float = 120.0,
+        image: images.Rootfs | None = None,
+    ):
+        super().__init__(workdir)
+        self.image = image
+        self.crds, self.xrds, self.manifests = list(crds), list(xrds), list(manifests)
+        self.namespaces = list(namespaces)
+        self.timeout = timeout
+        self.ports = Endpoints()
+        self.token = secrets.token_hex(16)
+        self.kubeconfig = self.workdir / "kubeconfig"
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> ControlPlane:
+        def steps():
+            bins = binaries()
+            self._pki()
+            yield "etcd", lambda: self._etcd(bins["etcd"])
+            yield "kube-apiserver", lambda: self._apiserver(bins["kube-apiserver"])
+            yield "crds", self._install_crds
+            yield "crossplane", lambda: self._crossplane(bins["crossplane-core"])
+            yield "function", self._function
+            yield "xrds", self._install_xrds
+            yield (
+                "kube-controller-manager",
+                lambda: self._controller_manager(bins["kube-controller-manager"]),
+            )
+
+        self.run_steps(steps)
+        return self
+
     # --- components ------------------------------------------------------------------------------
 
     def _pki(self) -> None:
@@ -491,27 +620,9 @@ class ControlPlane:
         tokens.write_text(f'{self.token},admin,1,"system:masters"\n')
         tokens.chmod(0o600)
         self.tokens = tokens
-        self.kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [
-                        {
-                            "name": "e2e",
-                            "cluster": {
-                                "server": f"https://{LOCALHOST}:{self.ports.apiserver}",
-                                "certificate-authority": str(pki.ca_file),
-                            },
-                        }
-                    ],
-                    "users": [{"name": "admin", "user": {"token": self.token}}],
-                    "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
-                    "current-context": "e2e",
-                }
-            )
+        write_kubeconfig(
+            self.kubeconfig, f"https://{LOCALHOST}:{self.ports.apiserver}", pki, self.token
         )
-        self.kubeconfig.chmod(0o600)
 
     def _etcd(self, binary: Path) -> None:
         client = f"http://{LOCALHOST}:{self.ports.etcd}"
@@ -539,33 +650,16 @@ class ControlPlane:
         self.wait_ready(proc, healthy, 30, "/health")
 
     def _apiserver(self, binary: Path) -> None:
-        port = self.ports.apiserver
-        proc = self.spawn(
-            "kube-apiserver",
-            [
-                str(binary),
-                f"--etcd-servers=http://{LOCALHOST}:{self.ports.etcd}",
-                f"--bind-address={LOCALHOST}",
-                f"--advertise-address={LOCALHOST}",
-                f"--secure-port={port}",
-                f"--tls-cert-file={self.apiserver_certs / 'tls.crt'}",
-                f"--tls-private-key-file={self.apiserver_certs / 'tls.key'}",
-                f"--token-auth-file={self.tokens}",
-                "--authorization-mode=RBAC",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                f"--service-account-key-file={self.sa_pub}",
-                f"--service-account-signing-key-file={self.sa_key}",
+        self.run_apiserver(
+            binary,
+            etcd=f"http://{LOCALHOST}:{self.ports.etcd}",
+            port=self.ports.apiserver,
+            extra=[
                 # No token controller runs, so pods' service-account tokens cannot be handled.
                 "--disable-admission-plugins=ServiceAccount",
-                # No kubernetes Service endpoints to keep (a loopback address is not allowed there).
-                "--endpoint-reconciler-type=none",
-                "--profiling=false",
+                "--service-cluster-ip-range=10.0.0.0/24",
             ],
         )
-        self.kube = Kube(LOCALHOST, port, self.token, str(self.pki.ca_file))
-        kube = self.kube
-        self.wait_ready(proc, lambda: kube.request("GET", "/readyz") == "ok", 90, "/readyz")
 
     def _install_crds(self) -> None:
         crds = load_yaml(crossplane_crds()) + [
@@ -710,38 +804,14 @@ class ControlPlane:
         self.apply_all(load_yaml(self.manifests))
 
     def _controller_manager(self, binary: Path) -> None:
-        port = self.ports.controller_manager
-        proc = self.spawn(
-            "kube-controller-manager",
-            [
-                str(binary),
-                f"--kubeconfig={self.kubeconfig}",
-                "--controllers=garbagecollector,namespace",
-                "--leader-elect=false",
-                f"--bind-address={LOCALHOST}",
-                f"--secure-port={port}",
-                f"--tls-cert-file={self.controller_manager_certs / 'tls.crt'}",
-                f"--tls-private-key-file={self.controller_manager_certs / 'tls.key'}",
-                "--use-service-account-credentials=false",
-                "--profiling=false",
-            ],
+        self.run_kube_component(
+            binary,
+            self.ports.controller_manager,
+            self.controller_manager_certs,
+            ["--controllers=garbagecollector,namespace", "--use-service-account-credentials=false"],
         )
-        context = ssl.create_default_context(cafile=str(self.pki.ca_file))
-
-        def healthy() -> bool:
-            url = f"https://{LOCALHOST}:{port}/healthz"
-            with urllib.request.urlopen(url, timeout=2, context=context) as r:  # noqa: S310
-                return r.read() == b"ok"
-
-        self.wait_ready(proc, healthy, 60, "/healthz")
 
     # --- helpers for installers and tests --------------------------------------------------------
-
-    def process(self, name: str) -> Process:
-        for p in self.processes:
-            if p.name == name:
-                return p
-        raise LookupError(name)
 
     def apply(self, obj: dict) -> dict:
         assert self.kube is not None
@@ -772,10 +842,6 @@ class ControlPlane:
             describe=lambda: f"not yet: {sorted(pending)[:10]}",
             ignore=(ApiError,),
         )
-
-    def logs(self, lines: int = 40) -> str:
-        """The tail of every component's log, for a failing test's message."""
-        return "\n".join(f"--- {p.name} (pid {p.pid}) ---\n{p.tail(lines)}" for p in self.processes)
 
 
 # --- Interactive use. -----------------------------------------------------------------------------

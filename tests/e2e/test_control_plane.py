@@ -508,10 +508,7 @@ def deployed(request, control_plane, kube) -> Iterator[Deployed]:
     simulator.start()
     state = Deployed(example, xr, classes, kube, control_plane, simulator)
     try:
-        for obj in (*setup, *classes):
-            if kube.resource_of(obj).namespaced:
-                obj["metadata"].setdefault("namespace", SYSTEM_NAMESPACE)
-            kube.apply(obj)
+        apply_setup(kube, (*setup, *classes))
         kube.apply(xr)
         state.refs = wait_for(
             Converged(state),
@@ -522,15 +519,23 @@ def deployed(request, control_plane, kube) -> Iterator[Deployed]:
         yield state
     finally:
         simulator.stop()
-        for obj in (xr, *classes, *setup):
-            namespaced = kube.resource_of(obj).namespaced
-            meta = obj["metadata"]
-            kube.delete(
-                obj["apiVersion"],
-                obj["kind"],
-                meta["name"],
-                meta.get("namespace") if namespaced else None,
-            )
+        delete_all(kube, (xr, *classes, *setup))
+
+
+def apply_setup(kube: Kube, objs) -> None:
+    """Apply each object, a namespaced one in the system namespace unless it names one."""
+    for obj in objs:
+        if kube.resource_of(obj).namespaced:
+            obj["metadata"].setdefault("namespace", SYSTEM_NAMESPACE)
+        kube.apply(obj)
+
+
+def delete_all(kube: Kube, objs) -> None:
+    """Delete each object (in the background; absent ones are skipped)."""
+    for obj in objs:
+        meta = obj["metadata"]
+        namespace = meta.get("namespace") if kube.resource_of(obj).namespaced else None
+        kube.delete(obj["apiVersion"], obj["kind"], meta["name"], namespace)
 
 
 def test_crossplane_composes_through_the_function_over_mtls(deployed: Deployed):

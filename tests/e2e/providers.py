@@ -1,0 +1,332 @@
+"""The real providers against the e2e control plane: provider-helm v1.4.0 and provider-kubernetes
+v1.3.1 as processes, and the loopback chart server they pull the charts from.
+
+`Providers(control_plane)` starts, in this order, each with a bounded wait:
+
+1. the chart server (tests/e2e/charts_server.py, a process of its own): every chart the function
+   names, on port 443 of a loopback address of its own, with a CA made for it;
+2. provider-helm, then provider-kubernetes (built by `make e2e-tools` from the pinned wrapper
+   modules in tests/tools/providers), each in a mount namespace of its own (`unshare --mount`, so
+   it runs as root outside a container) where
+   - `/etc/hosts` is a file made here that maps every repository hostname (charts_server.hostnames)
+     to the chart server's address: provider-helm dials the real names the Releases carry;
+   - `/tmp` is a folder of its own under the workdir: provider-helm v1.4.0 keeps its chart cache in
+     the fixed paths /tmp/charts and /tmp/content-cache (pkg/clients/helm/client.go), which must
+     not be shared with another run; its kubeconfig, CA bundle and TLS folder are there too;
+   - SSL_CERT_FILE and SSL_CERT_DIR name only the chart server's CA (Go's crypto/x509 reads both on
+     Linux), HOME is that /tmp (no Helm or Docker credentials of the host), proxies are unset;
+   - the network is the host's: the management API server and any workload API server on
+     127.0.0.1 stay reachable as they are.
+
+The providers run as Crossplane's package manager would run them, with the flags their main.go
+reads at those tags (cmd/provider/main.go): leader election off (`--no-leader-election`,
+their default), `--enable-management-policies` (default true, stated: the function composes
+Observe-only Objects), `--poll` and `--sync` short for tests (`--enable-watches`, alpha and off by
+default, only with `watches=True`: without it provider-kubernetes ignores an Object's
+`spec.watch`, as an installed package does), metrics off, health probes on a
+free 127.0.0.1 port (readiness: `/readyz`), debug logs. They read the API server from KUBECONFIG
+(controller-runtime's GetConfig) with the control plane's admin token. provider-kubernetes serves
+its conversion webhook (registered unconditionally) from TLS_SERVER_CERTS_DIR on a free port;
+the e2e CRDs have no conversion webhook, so nothing calls it.
+
+Processes are spawned through the control plane (`ControlPlane.spawn`): logs in
+`<workdir>/logs/<name>.log`, stopped by PID newest first when the `with` block ends, when start-up
+fails, and, with the control plane's own processes, at exit and on SIGTERM/SIGHUP.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from tests.e2e.controlplane import (
+    ROOT,
+    ControlPlane,
+    Process,
+    StartupError,
+    bin_dir,
+    free_port,
+    load_yaml,
+    module_dir,
+)
+
+PROVIDERS = ("provider-helm", "provider-kubernetes")
+MODULES = ROOT / "tests" / "tools" / "providers"
+PROVIDER_KUBERNETES_MODULE = "github.com/crossplane-contrib/provider-kubernetes"
+CHARTS_SERVER = "charts-server"
+# Mounts the namespace's own /etc/hosts and /tmp, then becomes the command.
+NAMESPACE_SCRIPT = 'mount --bind "$1" /etc/hosts && mount --bind "$2" /tmp && shift 2 && exec "$@"'
+# The provider's /tmp inside its namespace: a private folder of the workdir, bind-mounted there.
+INSIDE_TMP = "/tmp"  # noqa: S108
+NO_PROXY_ENV = {
+    k: ""
+    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+}
+
+
+def provider_binaries() -> dict[str, Path]:
+    """The two providers `make e2e-tools` builds; a missing one is an error naming the fix."""
+    found = {name: bin_dir() / name for name in PROVIDERS}
+    missing = [str(p) for p in found.values() if not os.access(p, os.X_OK)]
+    if missing:
+        raise FileNotFoundError(
+            "providers not built: " + ", ".join(missing) + "; run `make e2e-tools`"
+        )
+    return found
+
+
+def provider_kubernetes_dir() -> Path:
+    """provider-kubernetes' module in Go's module cache, at the wrapper's version (downloaded if
+    the cache lost it)."""
+    version = next(
+        line.split()[2]
+        for line in (MODULES / "kubernetes" / "go.mod").read_text().splitlines()
+        if line.split()[:2] == ["require", PROVIDER_KUBERNETES_MODULE]
+    )
+    cache = subprocess.run(
+        ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+    folder = Path(cache) / f"{PROVIDER_KUBERNETES_MODULE}@{version}"
+    if folder.is_dir():
+        return folder
+    return module_dir(PROVIDER_KUBERNETES_MODULE, version, MODULES / "kubernetes")
+
+
+def usage_crds() -> list[Path]:
+    """The ProviderConfigUsage CRDs of both providers' packages (package/crds at their tags), which
+    ../shared/crds leaves out (its SOURCES.md: "Left out on purpose (not needed)") but the real
+    providers need: their ProviderConfig controllers are gated on them (config.go SetupGated) and
+    every managed resource's Connect records a usage (crossplane-runtime ProviderConfigUsageTracker).
+    provider-kubernetes' from its module (the pinned wrapper's, in Go's module cache);
+    provider-helm's from the vendored source (tests/tools/providers/helm/SOURCE)."""
+    kubernetes = provider_kubernetes_dir() / "package" / "crds"
+    helm = MODULES / "helm" / "provider-helm" / "package" / "crds"
+    found = sorted(kubernetes.glob("*_providerconfigusages.yaml")) + sorted(
+        helm.glob("*_providerconfigusages.yaml")
+    )
+    if len(found) != 4:
+        raise StartupError(f"expected 4 ProviderConfigUsage CRDs, found {[str(p) for p in found]}")
+    return found
+
+
+def self_contained_kubeconfig(path: Path) -> str:
+    """A kubeconfig with every CA file it names inlined (certificate-authority-data): a provider
+    sees only its own /tmp, so a kubeconfig it reads, from KUBECONFIG or from a ProviderConfig's
+    Secret, must not point at files (as a cloud's kubeconfig does not)."""
+    config = yaml.safe_load(path.read_text())
+    for cluster in config.get("clusters") or []:
+        ca_path = cluster["cluster"].pop("certificate-authority", None)
+        if ca_path:
+            data = base64.b64encode(Path(ca_path).read_bytes()).decode()
+            cluster["cluster"]["certificate-authority-data"] = data
+    return yaml.safe_dump(config)
+
+
+def in_namespace(argv: list[str], hosts: Path, tmp: Path) -> list[str]:
+    """argv run in a mount namespace of its own with `hosts` as /etc/hosts and `tmp` as /tmp
+    (as the same PID: unshare without --fork execs its command, and so does sh)."""
+    unshare = shutil.which("unshare") or "unshare"
+    prefix = [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c"]
+    return [*prefix, NAMESPACE_SCRIPT, "sh", str(hosts), str(tmp), *argv]
+
+
+def private_tmp(folder: Path, ca: Path) -> Path:
+    """A process's /tmp for in_namespace, trusting only the CA `ca` (see namespace_env)."""
+    (folder / "certs").mkdir(parents=True)
+    shutil.copyfile(ca, folder / "ca.crt")
+    shutil.copyfile(ca, folder / "certs" / "charts-ca.pem")
+    folder.chmod(0o1777)
+    return folder
+
+
+def namespace_env() -> dict[str, str]:
+    """The environment of a process in_namespace: only the CA of its /tmp trusted (Go's
+    crypto/x509 reads SSL_CERT_FILE and SSL_CERT_DIR), HOME that /tmp (no Helm or Docker
+    credentials of the host), no proxy."""
+    return {
+        **NO_PROXY_ENV,
+        "HOME": INSIDE_TMP,
+        "SSL_CERT_FILE": f"{INSIDE_TMP}/ca.crt",
+        "SSL_CERT_DIR": f"{INSIDE_TMP}/certs",
+    }
+
+
+def hosts_file(address: str, hostnames: list[str], base: str = "") -> str:
+    """An /etc/hosts: localhost, then every repository hostname at the chart server's address
+    (lines of `base` naming those hostnames are dropped)."""
+    names = set(hostnames)
+    kept = [
+        line for line in base.splitlines() if not names & set(line.split("#", 1)[0].split()[1:])
+    ]
+    ours = [f"{address}\t{name}" for name in hostnames]
+    return "\n".join(["127.0.0.1\tlocalhost", "::1\tlocalhost", *kept, *ours]) + "\n"
+
+
+class Providers:
+    """The chart server and both providers against `control_plane` (which must be started).
+
+    Use as a context manager. After start(): `charts` is the chart server's description (address,
+    ca, hostnames, charts served), `hosts` the /etc/hosts the providers see, `requests()` what the
+    chart server was asked, `process(name)` one of the processes.
+    """
+
+    def __init__(
+        self,
+        control_plane: ControlPlane,
+        *,
+        poll: str = "10s",
+        sync: str = "1m",
+        watches: bool = False,
+        timeout: float = 60.0,
+    ):
+        self.cp = control_plane
+        self.workdir = control_plane.workdir / "providers"
+        self.poll, self.sync, self.watches, self.timeout = poll, sync, watches, timeout
+        self.processes: list[Process] = []
+        self.charts: dict = {}
+        self.hosts: Path = self.workdir / "hosts"
+        self.timings: dict[str, float] = {}
+
+    def __enter__(self) -> Providers:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> Providers:
+        began = time.monotonic()
+        try:
+            bins = provider_binaries()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir.mkdir(parents=True)
+            self._step("crds", self._install_crds)
+            self._step(CHARTS_SERVER, self._charts_server)
+            for name in PROVIDERS:
+                self._step(name, lambda n=name: self._provider(n, bins[n]))
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["total"] = time.monotonic() - began
+        return self
+
+    def stop(self) -> None:
+        """Stop what this started, by PID, newest first (the chart server last)."""
+        for proc in reversed(self.processes):
+            with contextlib.suppress(Exception):
+                proc.stop()
+
+    def process(self, name: str) -> Process:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise LookupError(name)
+
+    def requests(self) -> list[dict]:
+        """Every request the chart server answered: host, method, path, status."""
+        path = Path(self.charts["requests"])
+        return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+    def logs(self, lines: int = 40) -> str:
+        return "\n".join(f"--- {p.name} (pid {p.pid}) ---\n{p.tail(lines)}" for p in self.processes)
+
+    # --- components ------------------------------------------------------------------------------
+
+    def _step(self, name: str, run) -> None:
+        began = time.monotonic()
+        run()
+        self.timings[name] = time.monotonic() - began
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Process:
+        proc = self.cp.spawn(name, argv, env)
+        self.processes.append(proc)
+        return proc
+
+    def _install_crds(self) -> None:
+        """The usage CRDs the control plane lacks (the others come from ../shared/crds)."""
+        assert self.cp.kube is not None
+        have = {
+            c["metadata"]["name"]
+            for c in self.cp.kube.list("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+        }
+        crds = [c for c in load_yaml(usage_crds()) if c["metadata"]["name"] not in have]
+        self.cp.apply_all(crds)
+        self.cp.wait_established([c["metadata"]["name"] for c in crds], self.timeout)
+
+    def _charts_server(self) -> None:
+        folder = self.workdir / "charts"
+        info = folder / "server.json"
+        proc = self._spawn(
+            CHARTS_SERVER,
+            [sys.executable, "-m", "tests.e2e.charts_server", f"--workdir={folder}"],
+            {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)},
+        )
+
+        def listening() -> bool:
+            self.charts = json.loads(info.read_text())
+            context = ssl.create_default_context(cafile=self.charts["ca"])
+            name = self.charts["hostnames"][0]
+            address = (self.charts["address"], self.charts["port"])
+            with (
+                socket.create_connection(address, 1) as raw,
+                context.wrap_socket(raw, server_hostname=name),
+            ):
+                return True
+
+        # Packaging the charts with the real Helm takes most of this.
+        self.cp.wait_ready(proc, listening, 120, "listening with its certificate")
+        base = Path("/etc/hosts").read_text() if Path("/etc/hosts").is_file() else ""
+        self.hosts.write_text(hosts_file(self.charts["address"], self.charts["hostnames"], base))
+
+    def _private_tmp(self, name: str) -> Path:
+        """The provider's /tmp: a self-contained kubeconfig, the chart server's CA, TLS folder."""
+        tmp = private_tmp(self.workdir / name / "tmp", Path(self.charts["ca"]))
+        (tmp / "kubeconfig").write_text(self_contained_kubeconfig(self.cp.kubeconfig))
+        (tmp / "kubeconfig").chmod(0o600)
+        if name == "provider-kubernetes":
+            certs = self.cp.pki.issue(f"{name}-webhook", name, server=True, ips=["127.0.0.1"])
+            shutil.copytree(certs, tmp / "tls")
+        return tmp
+
+    def _provider(self, name: str, binary: Path) -> None:
+        tmp = self._private_tmp(name)
+        health = free_port()
+        args = [
+            str(binary),
+            "--debug",
+            "--no-leader-election",
+            "--enable-management-policies",
+            f"--poll={self.poll}",
+            f"--sync={self.sync}",
+            "--max-reconcile-rate=10",
+            "--metrics-bind-address=0",
+            f"--health-probe-bind-addr=127.0.0.1:{health}",
+            f"--webhook-port={free_port()}",
+        ]
+        env = {
+            **namespace_env(),
+            "KUBECONFIG": f"{INSIDE_TMP}/kubeconfig",
+            "TLS_SERVER_CERTS_DIR": f"{INSIDE_TMP}/tls",
+        }
+        if name == "provider-kubernetes" and self.watches:
+            args.append("--enable-watches")
+        proc = self._spawn(name, in_namespace(args, self.hosts, tmp), env)
+
+        def ready() -> bool:
+            url = f"http://127.0.0.1:{health}/readyz"
+            with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310
+                return r.status == 200
+
+        self.cp.wait_ready(proc, ready, self.timeout, "/readyz")

@@ -1,0 +1,366 @@
+"""The real providers, standalone: provider-helm v1.4.0 and provider-kubernetes v1.3.1 as processes
+(tests/e2e/providers.py) against a real control plane, installing real charts pulled from the
+loopback chart server (tests/e2e/charts_server.py) by the hostnames the function's Releases name.
+
+The target cluster is the management API server itself, through a kubeconfig Secret and one
+ClusterProviderConfig per provider, as the function composes them. The control plane here is the
+e2e one (tests/e2e/controlplane.py) with only Crossplane's and the two providers' CRDs: the
+project's control plane also serves the workload CRDs (../shared/crds/workload), which the charts
+would collide with when the management cluster stands in as the target. No kubelet runs, so the
+charts are ones that need no pod: cert-manager's CRDs (and its Deployments, with `wait: false`)
+from the HTTPS repository, the AI Gateway CRDs chart from the OCI registry (`wait: true`: CRDs
+become Established without a pod).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.charts import UNCHECKED, converged_examples, releases
+from tests.conftest import crds_dir
+from tests.e2e import charts_server
+from tests.e2e.controlplane import ControlPlane, StartupError, binaries, provider_crds
+from tests.e2e.kube import ApiError, Kube, condition, wait_for
+from tests.e2e.providers import (
+    INSIDE_TMP,
+    PROVIDERS,
+    Providers,
+    hosts_file,
+    in_namespace,
+    namespace_env,
+    private_tmp,
+    provider_binaries,
+    usage_crds,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMESPACE = "modelplane-system"
+TARGET = "providers-e2e-target"  # the kubeconfig Secret and both ClusterProviderConfigs
+HELM = "helm.m.crossplane.io/v1beta1"
+KUBERNETES = "kubernetes.m.crossplane.io/v1alpha1"
+CRD = "apiextensions.k8s.io/v1"
+
+
+# --- What needs no cluster. -----------------------------------------------------------------------
+
+
+def test_every_release_the_function_composes_is_served():
+    """Each Release of every converged example names a chart the server serves, under the hostname
+    it dials; only the charts without a public source are missing (and not served)."""
+    served = {(c.repository, c.name, c.version): c for c in charts_server.wanted()}
+    hosts = set(charts_server.hostnames(served.values()))
+    named = {
+        (chart["repository"], chart["name"], chart["version"])
+        for example in converged_examples()
+        for release in releases(example)
+        for chart in [release["spec"]["forProvider"]["chart"]]
+    }
+    assert named <= set(served), sorted(named - set(served))
+    missing = {key[1] for key, c in served.items() if c.folder is None}
+    assert missing == set(UNCHECKED)
+    assert {c.host for c in served.values()} <= hosts
+    assert "registry-1.docker.io" in hosts  # what oras-go dials for docker.io
+
+
+def test_every_served_chart_pulls_with_the_real_helm_by_its_hostname(tmp_path):
+    """The real Helm CLI (v4.2.3, what provider-helm links), in the providers' namespace setup,
+    pulls every served chart as its Release names it, byte for byte the archive packaged; the
+    chart that is not served is not found."""
+    server, info = charts_server.serve(tmp_path / "charts")
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2})
+    thread.start()
+    try:
+        hosts = tmp_path / "hosts"
+        hosts.write_text(hosts_file(info["address"], info["hostnames"]))
+        tmp = private_tmp(tmp_path / "tmp", Path(info["ca"]))
+        (tmp / "pulled").mkdir()
+        env = {**os.environ, **namespace_env()}
+        outcome = {}
+        for chart in charts_server.wanted():
+            if chart.oci:
+                args = ["pull", f"{chart.repository}/{chart.name}"]
+            else:
+                args = ["pull", chart.name, "--repo", chart.repository]
+            args += ["--version", chart.version, "--destination", f"{INSIDE_TMP}/pulled"]
+            argv = in_namespace([charts_server.helm_bin(), *args], hosts, tmp)
+            proc = subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=120, check=False
+            )
+            outcome[chart] = proc
+        for chart, proc in outcome.items():
+            if chart.folder is None:
+                assert proc.returncode != 0
+                assert "not found" in proc.stderr
+                continue
+            assert proc.returncode == 0, proc.stderr
+            name = f"{chart.name}-{chart.version}.tgz"
+            packaged = tmp_path / "charts" / "packages" / chart.host / chart.path / name
+            assert (tmp / "pulled" / name).read_bytes() == packaged.read_bytes()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    hosts_asked = {
+        r["host"] for r in map(json.loads, Path(info["requests"]).read_text().splitlines())
+    }
+    assert hosts_asked == set(info["hostnames"]) - {"docker.io"}  # oras-go dials registry-1
+
+
+def _git_blob(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def test_vendored_provider_helm_is_its_tag():
+    """tests/tools/providers/helm/provider-helm holds exactly the files SOURCE lists, each the
+    blob of tag v1.4.0 (the module proxy does not serve that version's zip)."""
+    module = ROOT / "tests" / "tools" / "providers" / "helm"
+    listed = {}
+    for line in (module / "SOURCE").read_text().splitlines():
+        if line and not line.startswith("#"):
+            meta, path = line.split("\t")
+            listed[path] = meta.split()[2]
+    tree = module / "provider-helm"
+    present = {str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file()}
+    assert present == set(listed)
+    changed = [p for p, blob in listed.items() if _git_blob((tree / p).read_bytes()) != blob]
+    assert not changed
+
+
+def test_the_management_control_plane_serves_the_providers_crds():
+    """The project's control plane installs the provider CRDs of ../shared/crds (every kind the
+    function composes for them), and Providers adds the ProviderConfigUsage CRDs they need."""
+    names = {
+        yaml.safe_load(p.read_text())["metadata"]["name"]
+        for p in provider_crds(Path(os.environ.get("CRDS_DIR") or crds_dir()))
+    }
+    for plural in ("releases", "providerconfigs", "clusterproviderconfigs"):
+        assert f"{plural}.helm.m.crossplane.io" in names
+    for plural in ("objects", "providerconfigs", "clusterproviderconfigs"):
+        assert f"{plural}.kubernetes.m.crossplane.io" in names
+    usages = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in usage_crds()}
+    assert usages == {
+        "providerconfigusages.helm.crossplane.io",
+        "providerconfigusages.helm.m.crossplane.io",
+        "providerconfigusages.kubernetes.crossplane.io",
+        "providerconfigusages.kubernetes.m.crossplane.io",
+    }
+    assert not usages & names  # so they come from the providers' packages, not ../shared/crds
+
+
+# --- The providers running. -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    """A control plane with the providers' CRDs, and the chart server and both providers on it."""
+    try:
+        binaries()
+        provider_binaries()
+    except FileNotFoundError as e:
+        pytest.fail(str(e))
+    folder = Path(os.environ.get("CRDS_DIR") or crds_dir())
+    crds = [p for p in provider_crds(folder) if p.parent.name in PROVIDERS]
+    cp = ControlPlane(tmp_path_factory.mktemp("providers"), crds=crds)
+    providers = Providers(cp)
+    try:
+        cp.start()
+        providers.start()
+    except StartupError as e:
+        cp.stop()
+        pytest.fail(f"did not start: {e}")
+    try:
+        yield cp, providers
+    finally:
+        providers.stop()
+        cp.stop()
+
+
+@pytest.fixture(scope="module")
+def target(running) -> Kube:
+    """The kubeconfig Secret of the management API server and a ClusterProviderConfig per
+    provider reading it (the shape the function composes, function/providerconfigs.py)."""
+    cp, providers = running
+    kube = cp.kube
+    assert kube is not None
+    kubeconfig = (providers.workdir / "provider-helm" / "tmp" / "kubeconfig").read_bytes()
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": TARGET, "namespace": NAMESPACE},
+            "data": {"kubeconfig": base64.b64encode(kubeconfig).decode()},
+        }
+    )
+    credentials = {
+        "source": "Secret",
+        "secretRef": {"namespace": NAMESPACE, "name": TARGET, "key": "kubeconfig"},
+    }
+    for api in (HELM, KUBERNETES):
+        kube.apply(
+            {
+                "apiVersion": api,
+                "kind": "ClusterProviderConfig",
+                "metadata": {"name": TARGET},
+                "spec": {"credentials": credentials},
+            }
+        )
+    return kube
+
+
+def _managed(api: str, kind: str, name: str, for_provider: dict, **spec) -> dict:
+    return {
+        "apiVersion": api,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "forProvider": for_provider,
+            "providerConfigRef": {"kind": "ClusterProviderConfig", "name": TARGET},
+            **spec,
+        },
+    }
+
+
+def _wait_ready(kube: Kube, providers: Providers, obj: dict, timeout: float = 240) -> dict:
+    api, kind, name = obj["apiVersion"], obj["kind"], obj["metadata"]["name"]
+    seen: dict = {}
+
+    def ready() -> bool:
+        seen.update(kube.get(api, kind, name, NAMESPACE))
+        return all(condition(seen, c).get("status") == "True" for c in ("Ready", "Synced"))
+
+    try:
+        wait_for(
+            ready, timeout=timeout, what=f"{kind} {name} Ready", interval=1, ignore=(ApiError,)
+        )
+    except TimeoutError:
+        pytest.fail(
+            f"{kind} {name} not Ready: {seen.get('status')}\n{providers.logs(60)}",
+        )
+    return seen
+
+
+def _established(kube: Kube, name: str) -> bool:
+    crd = kube.get_or_none(CRD, "CustomResourceDefinition", name)
+    return condition(crd, "Established").get("status") == "True"
+
+
+def test_provider_helm_installs_a_chart_from_an_https_repository(running, target):
+    """cert-manager v1.20.2 as the function names it (https://charts.jetstack.io), its CRDs on."""
+    _, providers = running
+    chart = {
+        "name": "cert-manager",
+        "repository": "https://charts.jetstack.io",
+        "version": "v1.20.2",
+    }
+    release = _managed(
+        HELM,
+        "Release",
+        "providers-e2e-cert-manager",
+        {
+            "chart": chart,
+            "namespace": "cert-manager",
+            # No kubelet: the post-install check Job would never finish; wait only for hooks.
+            "values": {"crds": {"enabled": True}, "startupapicheck": {"enabled": False}},
+            "wait": False,
+        },
+    )
+    target.apply(release)
+    got = _wait_ready(target, providers, release)
+    assert got["status"]["atProvider"]["state"] == "deployed"
+    assert got["status"]["atProvider"]["version"] == "v1.20.2"
+    assert _established(target, "certificates.cert-manager.io")
+    asked = {(r["host"], r["path"], r["status"]) for r in providers.requests()}
+    assert ("charts.jetstack.io", "/index.yaml", 200) in asked
+    assert ("charts.jetstack.io", "/cert-manager-v1.20.2.tgz", 200) in asked
+
+
+def test_provider_helm_installs_a_chart_from_an_oci_registry(running, target):
+    """ai-gateway-crds-helm v1.1.0 from oci://docker.io/envoyproxy, waiting for its CRDs."""
+    _, providers = running
+    chart = {
+        "name": "ai-gateway-crds-helm",
+        "repository": "oci://docker.io/envoyproxy",
+        "version": "v1.1.0",
+    }
+    release = _managed(
+        HELM,
+        "Release",
+        "providers-e2e-ai-gateway-crds",
+        {"chart": chart, "namespace": "envoy-ai-gateway-system", "wait": True},
+    )
+    target.apply(release)
+    got = _wait_ready(target, providers, release)
+    assert got["status"]["atProvider"]["state"] == "deployed"
+    assert _established(target, "aigatewayroutes.aigateway.envoyproxy.io")
+    asked = {(r["host"], r["path"], r["status"]) for r in providers.requests()}
+    manifest = "/v2/envoyproxy/ai-gateway-crds-helm/manifests/v1.1.0"
+    assert ("registry-1.docker.io", manifest, 200) in asked
+
+
+def test_provider_kubernetes_applies_an_object_and_its_readiness_query_holds(running, target):
+    """An Object with a CEL readiness query over the remote object, as the function composes."""
+    _, providers = running
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "providers-e2e", "namespace": NAMESPACE},
+        "data": {"ready": "yes"},
+    }
+    obj = _managed(
+        KUBERNETES,
+        "Object",
+        "providers-e2e-configmap",
+        {"manifest": manifest},
+        readiness={"policy": "DeriveFromCelQuery", "celQuery": "object.data.ready == 'yes'"},
+    )
+    target.apply(obj)
+    got = _wait_ready(target, providers, obj, timeout=120)
+    assert got["status"]["atProvider"]["manifest"]["data"] == {"ready": "yes"}
+    applied = target.get("v1", "ConfigMap", "providers-e2e", NAMESPACE)
+    assert applied["data"] == {"ready": "yes"}
+
+
+def test_deleting_a_release_uninstalls_it(running, target):
+    """provider-helm uninstalls a deleted Release: its workloads and Helm's release Secrets go,
+    the CRDs stay (cert-manager's `crds.keep`, helm.sh/resource-policy: keep), and the managed
+    resource goes once the provider removes its finalizer."""
+    _, providers = running
+    name = "providers-e2e-cert-manager"
+    assert target.get("apps/v1", "Deployment", "providers-e2e-cert-manager", "cert-manager")
+    target.delete(HELM, "Release", name, NAMESPACE)
+
+    def gone() -> bool:
+        secrets = target.list("v1", "Secret", namespace="cert-manager")
+        return (
+            target.get_or_none(HELM, "Release", name, NAMESPACE) is None
+            and not [s for s in secrets if s.get("type") == "helm.sh/release.v1"]
+            and not target.list("apps/v1", "Deployment", namespace="cert-manager")
+        )
+
+    try:
+        wait_for(gone, timeout=120, what=f"Release {name} uninstalled", interval=1)
+    except TimeoutError as e:
+        pytest.fail(f"{e}\n{providers.logs(40)}")
+    assert _established(target, "certificates.cert-manager.io")
+
+
+def test_every_process_stops_by_its_pid(running):
+    """Stopping leaves no provider or chart server running (each stopped by its PID)."""
+    _, providers = running
+    pids = [p.pid for p in providers.processes]
+    assert len(pids) == 3
+    providers.stop()
+    assert not [p.name for p in providers.processes if p.alive()]
+    for pid in pids:
+        assert (
+            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        )

@@ -1,0 +1,469 @@
+"""End to end through the real providers into a real workload cluster.
+
+Beside the control plane of tests/e2e/controlplane.py, each example here gets its own workload
+cluster (tests/e2e/workload.py: kube-apiserver, kube-controller-manager, kube-scheduler, kwok as
+the kubelets), and the real provider-helm v1.4.0 and provider-kubernetes v1.3.1 run as processes
+against the management API server (tests/e2e/providers.py), reaching the charts of ../shared/charts
+on the loopback chart server under the hostnames the Releases name (tests/e2e/charts_server.py).
+
+Simulated, and nothing else: the cloud kinds (tests/e2e/simulator.py, told to leave the helm and
+kubernetes kinds alone), with the cloud's kubeconfig connection Secret carrying this workload
+cluster's kubeconfig; and the controllers' own work kwok cannot run (tests/e2e/controllers.py).
+
+What it proves, for each example of WORKLOAD_EXAMPLES: every Release is installed by provider-helm
+(with `wait` where the function asks for it) and Ready; every Object is applied by
+provider-kubernetes and Ready by its own readiness; every GPU node runs the NFD worker and the DRA
+kubelet plugin (and the EFA DRA driver where composed); every Deployment is Available; the XR is
+Ready only through this path. And a failed first install (pods that cannot become Ready until the
+cluster is fixed) is retried by provider-helm until it converges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+import yaml
+
+from tests.conftest import EXAMPLES
+from tests.e2e import providers as real_providers
+from tests.e2e.controllers import StandIns
+from tests.e2e.controlplane import LOCALHOST, SYSTEM_NAMESPACE, ControlPlane
+from tests.e2e.kube import ApiError, Kube, condition, wait_for
+from tests.e2e.simulator import Simulator, served_managed_kinds
+from tests.e2e.test_control_plane import (
+    API_VERSION,
+    Converged,
+    Deployed,
+    E2EExample,
+    apply_setup,
+    delete_all,
+    example_setup,
+    ready,
+)
+from tests.e2e.workload import WorkloadCluster
+from tests.sim import providers
+from tests.test_clouds import CAPACITY_BLOCKS
+
+HELM = "helm.m.crossplane.io"
+KUBERNETES = "kubernetes.m.crossplane.io"
+REAL = (HELM, KUBERNETES)  # the providers that run for real here
+TIMEOUT = 900  # seconds for an example to converge through the real providers on 2 shared cores
+
+# One example per source and both stacks, but Nebius: its ProviderConfigs' identity
+# (NebiusServiceAccountCredentials) is exchanged for an IAM token through Nebius's SDK, which no
+# loopback stand-in answers yet.
+WORKLOAD_EXAMPLES = [
+    E2EExample("existing-dynamo", existing=True),
+    E2EExample("existing", existing=True),
+    E2EExample("vultr"),
+    E2EExample("aks"),
+    E2EExample("eks", world=CAPACITY_BLOCKS),
+    E2EExample("gke"),
+]
+
+
+def real_kinds(kube: Kube) -> list:
+    return [k for k in served_managed_kinds(kube) if not k.api_version.startswith(REAL)]
+
+
+# The simulated GCP's answer for a service account key (its connection Secret's private_key): an
+# access token, which both providers take as the credential when it is not JSON (provider-kubernetes
+# v1.3.1 pkg/kube/client/gke/gke.go, WrapRESTConfig), and the workload API server knows.
+GCP_KEY = ("cloudplatform.gcp.m.upbound.io", "ServiceAccountKey")
+# Kubeconfigs that carry the endpoint and CA only: the cloud's clients authenticate through the
+# ProviderConfig's identity (GKE: the GoogleApplicationCredentials of the service account key).
+IDENTITY_KUBECONFIGS = {("container.gcp.m.upbound.io", "Cluster")}
+
+
+def observe(body: dict, *, world: providers.World, cluster: WorkloadCluster):
+    """The simulated cloud's report, its connection details this workload cluster's."""
+    seen = providers.observe(body, world=world)
+    kind = (body.get("apiVersion", "").split("/")[0], body.get("kind"))
+    connection = dict(seen.connection)
+    if "kubeconfig" in connection:
+        connection["kubeconfig"] = cluster.kubeconfig_text(token=kind not in IDENTITY_KUBECONFIGS)
+    if kind == GCP_KEY and (body.get("spec") or {}).get("writeConnectionSecretToRef"):
+        connection["private_key"] = cluster.identity_token
+    return replace(seen, connection=connection)
+
+
+def existing_secrets(xr: dict, cluster: WorkloadCluster) -> list[dict]:
+    """For Existing: the Secrets the XR names (the operator's), holding the cluster's kubeconfig
+    and, if it names one, the identity's credential."""
+    existing = xr["spec"]["cluster"].get("existing")
+    if not existing:
+        return []
+    secrets = [
+        (existing["secretRef"], cluster.kubeconfig_text(token="identitySecretRef" not in existing))
+    ]
+    if "identitySecretRef" in existing:
+        secrets.append((existing["identitySecretRef"], cluster.identity_token))
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": ref["name"], "namespace": SYSTEM_NAMESPACE},
+            "stringData": {ref.get("key", "kubeconfig"): value},
+        }
+        for ref, value in secrets
+    ]
+
+
+def with_objects(objs: list[dict], replacements: list[dict]) -> list[dict]:
+    """objs with each replacement instead of the object of its kind, namespace and name."""
+
+    def key(o: dict) -> tuple:
+        return (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
+
+    keys = {key(r) for r in replacements}
+    return [o for o in objs if key(o) not in keys] + replacements
+
+
+@pytest.fixture(scope="module")
+def provider_processes(control_plane: ControlPlane, tmp_path_factory):
+    """provider-helm and provider-kubernetes, running for the module's examples."""
+    with real_providers.Providers(control_plane) as running:
+        yield running
+
+
+@dataclass
+class Installed(Deployed):
+    cluster: WorkloadCluster | None = None
+    stand_ins: StandIns | None = None
+
+
+@pytest.fixture(scope="module", params=WORKLOAD_EXAMPLES, ids=lambda e: e.name)
+def installed(
+    request, control_plane: ControlPlane, kube: Kube, provider_processes, tmp_path_factory
+) -> Iterator[Installed]:
+    example: E2EExample = request.param
+    folder = EXAMPLES / example.name
+    xr = yaml.safe_load((folder / "inferencecluster.yaml").read_text())
+    classes = [d for d in yaml.safe_load_all((folder / "inferenceclasses.yaml").read_text()) if d]
+    etcd = f"http://{LOCALHOST}:{control_plane.ports.etcd}"
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(
+            WorkloadCluster(
+                tmp_path_factory.mktemp(f"workload-{example.name}"),
+                etcd,
+                prefix=f"/workload-{example.name}",
+            )
+        )
+        simulator = Simulator(
+            kube,
+            SYSTEM_NAMESPACE,
+            real_kinds(kube),
+            observe=functools.partial(observe, world=example.world, cluster=cluster),
+        )
+        state = Installed(example, xr, classes, kube, control_plane, simulator, cluster=cluster)
+        stack.enter_context(simulator)
+        state.stand_ins = stack.enter_context(
+            StandIns(
+                Kube(
+                    LOCALHOST,
+                    control_plane.ports.apiserver,
+                    control_plane.token,
+                    str(control_plane.pki.ca_file),
+                ),
+                SYSTEM_NAMESPACE,
+                cluster,
+                state.get,
+            )
+        )
+        setup = with_objects(example_setup(example), existing_secrets(xr, cluster))
+        try:
+            apply_setup(kube, (*setup, *classes))
+            kube.apply(xr)
+            began = time.monotonic()
+            state.refs = wait_for(
+                Converged(state),
+                timeout=TIMEOUT,
+                what=f"InferenceCluster {state.name} to converge through the real providers",
+                describe=lambda: describe(state),
+                interval=2,
+            )
+            state.timings = {"converged": time.monotonic() - began}
+            yield state
+        finally:
+            # The XR first: the providers uninstall through the workload cluster, with the
+            # kubeconfig Secret of the setup (Existing), so it stays until they are done. A cloud's
+            # kubeconfig goes with its cluster at once: the Usages that make the cluster outlive
+            # the stack need Crossplane's webhooks, off here. What the providers then cannot
+            # uninstall is let go (its finalizer removed): the workload cluster goes with the test.
+            kube.delete(API_VERSION, "InferenceCluster", state.name)
+            with contextlib.suppress(TimeoutError):
+                wait_for(
+                    lambda: state.get() is None
+                    and not [
+                        o for o in state.composed() if o and not o["apiVersion"].startswith(REAL)
+                    ],
+                    timeout=60,
+                    what=f"the cloud resources {state.name} composed to be deleted",
+                )
+            if example.existing:  # its kubeconfig stays: the providers can uninstall
+                with contextlib.suppress(TimeoutError):
+                    wait_for(
+                        lambda: not any(state.composed()),
+                        timeout=120,
+                        what=f"the providers to uninstall what {state.name} composed",
+                    )
+            for obj in (o for o in state.composed() if o):
+                meta = obj["metadata"]
+                with contextlib.suppress(ApiError):
+                    kube.patch(
+                        obj["apiVersion"],
+                        obj["kind"],
+                        meta["name"],
+                        {"metadata": {"finalizers": None}},
+                        namespace=meta.get("namespace"),
+                    )
+            delete_all(kube, (*classes, *setup))
+
+
+def describe(state: Installed) -> str:
+    not_ready = [
+        f"{o['kind']} {o['metadata']['name']}: {condition(o, 'Ready').get('message') or condition(o, 'Synced').get('message', '')}"[
+            :300
+        ]
+        for o in state.composed()
+        if o and "forProvider" in (o.get("spec") or {}) and not ready(o)
+    ]
+    return (
+        f"\nnot ready: {not_ready}\n{state.stand_ins.report() if state.stand_ins else ''}\n"
+        + state.describe()
+    )
+
+
+# --- What the real providers did. -----------------------------------------------------------------
+
+
+def composed(installed: Installed, group: str, kind: str) -> list[dict]:
+    return [
+        o
+        for o in installed.composed()
+        if o and o["apiVersion"].startswith(group + "/") and o["kind"] == kind
+    ]
+
+
+def written_by(obj: dict, manager: str, subresource: str = "status") -> bool:
+    return any(
+        m.get("manager") == manager and m.get("subresource") == subresource
+        for m in obj["metadata"].get("managedFields") or []
+    )
+
+
+def test_every_release_is_installed_by_provider_helm(installed: Installed):
+    releases = composed(installed, HELM, "Release")
+    assert releases, "no Release composed"
+    wl = installed.cluster.kube
+    for release in releases:
+        name = release["metadata"]["name"]
+        assert ready(release), (name, release.get("status"))
+        assert release["status"]["atProvider"]["state"] == "deployed", release["status"]
+        assert not written_by(release, "provider-simulator"), name
+        # Helm's own record in the workload cluster: the release Secret, deployed.
+        fp = release["spec"]["forProvider"]
+        external = release["metadata"]["annotations"]["crossplane.io/external-name"]
+        records = wl.list(
+            "v1", "Secret", fp["namespace"], label_selector=f"owner=helm,name={external}"
+        )
+        assert any(r["metadata"]["labels"].get("status") == "deployed" for r in records), (
+            name,
+            [r["metadata"]["labels"] for r in records],
+        )
+
+
+def test_every_object_is_applied_and_ready(installed: Installed):
+    objects = composed(installed, KUBERNETES, "Object")
+    assert objects, "no Object composed"
+    wl = installed.cluster.kube
+    for obj in objects:
+        name = obj["metadata"]["name"]
+        assert ready(obj), (name, obj.get("status"))
+        assert not written_by(obj, "provider-simulator"), name
+        manifest = obj["spec"]["forProvider"]["manifest"]
+        meta = manifest["metadata"]
+        got = wl.get_or_none(
+            manifest["apiVersion"], manifest["kind"], meta["name"], meta.get("namespace")
+        )
+        assert got is not None, f"{manifest['kind']} {meta['name']} is not in the workload cluster"
+        # provider-kubernetes reports what it observed (the readiness query ran on this).
+        assert obj["status"]["atProvider"]["manifest"]["metadata"]["uid"] == got["metadata"]["uid"]
+
+
+def pods_on(kube: Kube, node: str) -> list[dict]:
+    return [p for p in kube.list("v1", "Pod") if p["spec"].get("nodeName") == node]
+
+
+def test_every_gpu_node_runs_nfd_and_the_dra_plugin(installed: Installed):
+    wl = installed.cluster.kube
+    gpu = installed.stand_ins.gpu_nodes
+    assert gpu, installed.stand_ins.report()
+    efa = any(
+        o["metadata"]["name"].endswith("aws-dranet") for o in composed(installed, HELM, "Release")
+    )
+    for node in gpu:
+        running = {
+            next(o["name"] for o in p["metadata"]["ownerReferences"] if o["kind"] == "DaemonSet")
+            for p in pods_on(wl, node)
+            if condition(p, "Ready").get("status") == "True"
+            and any(o["kind"] == "DaemonSet" for o in p["metadata"].get("ownerReferences") or [])
+        }
+        assert any(n.endswith("node-feature-discovery-worker") for n in running), (node, running)
+        assert "nvidia-dra-driver-gpu-kubelet-plugin" in running, (node, running)
+        if efa:
+            assert any(n.endswith("aws-dranet") for n in running), (node, running)
+        slices = [
+            s
+            for s in wl.list("resource.k8s.io/v1", "ResourceSlice")
+            if s["spec"].get("nodeName") == node
+        ]
+        assert [s["spec"]["driver"] for s in slices] == ["gpu.nvidia.com"], slices
+
+
+def test_every_deployment_and_daemonset_is_up(installed: Installed):
+    wl = installed.cluster.kube
+    deployments = wl.list("apps/v1", "Deployment")
+    assert deployments
+    for d in deployments:
+        assert condition(d, "Available").get("status") == "True", (
+            d["metadata"]["name"],
+            d.get("status"),
+        )
+    for ds in wl.list("apps/v1", "DaemonSet"):
+        status = ds.get("status") or {}
+        assert status.get("numberReady") == status.get("desiredNumberScheduled"), (
+            ds["metadata"]["name"],
+            status,
+        )
+
+
+def test_the_xr_is_ready_through_the_real_providers_only(installed: Installed):
+    """The simulator played only cloud kinds; every Release and Object's status is the providers'."""
+    xr = installed.get()
+    assert ready(xr), installed.describe()
+    assert not installed.simulator.errors, installed.simulator.report()
+    played = {str(k) for k in installed.simulator.kinds}
+    assert not [k for k in played if k.startswith(REAL)], played
+    for obj in composed(installed, HELM, "Release") + composed(installed, KUBERNETES, "Object"):
+        assert not written_by(obj, "provider-simulator"), obj["metadata"]["name"]
+
+
+# --- A failed first install, retried. --------------------------------------------------------------
+
+RETRY_LABEL = "e2e.modelplane.ai/fixed"
+NFD_CHART = {  # a chart the function installs, from the chart server under its real name
+    "name": "node-feature-discovery",
+    "repository": "https://kubernetes-sigs.github.io/node-feature-discovery/charts",
+    "version": "0.18.3",
+}
+
+
+def test_a_failed_first_install_is_retried_until_it_converges(
+    control_plane: ControlPlane, kube: Kube, provider_processes, tmp_path_factory
+):
+    """NFD's master cannot be scheduled (its nodeSelector matches no node) so the install waits
+    and fails; once a node carries the label, provider-helm retries (rollbackLimit) and the release
+    is deployed with every pod Ready."""
+    etcd = f"http://{LOCALHOST}:{control_plane.ports.etcd}"
+    name = "e2e-retry"
+    with WorkloadCluster(tmp_path_factory.mktemp("workload-retry"), etcd, "/workload-retry") as wl:
+        wl.add_node("system-0", {}, [], {"cpu": "8", "memory": "32Gi", "pods": "110"})
+        kube.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+                "stringData": {"kubeconfig": wl.kubeconfig_text()},
+            }
+        )
+        config = {
+            "apiVersion": "helm.m.crossplane.io/v1beta1",
+            "kind": "ClusterProviderConfig",
+            "metadata": {"name": name},
+            "spec": {
+                "credentials": {
+                    "source": "Secret",
+                    "secretRef": {"namespace": SYSTEM_NAMESPACE, "name": name, "key": "kubeconfig"},
+                }
+            },
+        }
+        release = {
+            "apiVersion": "helm.m.crossplane.io/v1beta1",
+            "kind": "Release",
+            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+            "spec": {
+                "providerConfigRef": {"kind": "ClusterProviderConfig", "name": name},
+                "rollbackLimit": 5,
+                "forProvider": {
+                    "chart": NFD_CHART,
+                    "namespace": "nfd-retry",
+                    "wait": True,
+                    "waitTimeout": "20s",
+                    "values": {
+                        "master": {"nodeSelector": {RETRY_LABEL: "true"}},
+                        "worker": {"enable": False},
+                        "gc": {"enable": False},
+                    },
+                },
+            },
+        }
+        kube.apply(config)
+        kube.apply(release)
+        api, kind = release["apiVersion"], release["kind"]
+
+        def get() -> dict:
+            return kube.get(api, kind, name, SYSTEM_NAMESPACE)
+
+        try:
+
+            def failed_once() -> dict | None:
+                # provider-helm reports the failed revision (atProvider.state) and counts its
+                # retries (status.failed); a retry may already be under way when this looks.
+                status = get().get("status") or {}
+                state = status.get("atProvider", {}).get("state")
+                return status if state == "failed" or status.get("failed", 0) >= 1 else None
+
+            failed = wait_for(
+                failed_once,
+                timeout=300,
+                what="the first install to fail",
+                describe=lambda: f"{get().get('status')}\n{provider_processes.logs(20)}",
+            )
+            assert condition({"status": failed}, "Ready").get("status") != "True", failed
+            pending = wl.kube.list("v1", "Pod", "nfd-retry")
+            # Nothing could be scheduled (the release may be between uninstall and retry).
+            assert all(p["status"].get("phase") == "Pending" for p in pending), pending
+
+            wl.kube.patch("v1", "Node", "system-0", {"metadata": {"labels": {RETRY_LABEL: "true"}}})
+            converged = wait_for(
+                lambda: get() if ready(get()) else None,
+                timeout=300,
+                what="provider-helm to retry the release until it is deployed",
+                describe=lambda: f"{get().get('status')}\n{provider_processes.logs(20)}",
+            )
+            at_provider = converged["status"]["atProvider"]
+            assert at_provider["state"] == "deployed", at_provider
+            # Retried: a failed first revision is uninstalled and installed afresh (provider-helm
+            # v1.4.0 pkg/controller/namespaced/release, Update; a later one is rolled back), and its
+            # retry count (status.failed) is reset once deployed.
+            assert at_provider["releaseDescription"] == "Install complete", at_provider
+            deployments = wl.kube.list("apps/v1", "Deployment", "nfd-retry")
+            assert deployments and all(
+                condition(d, "Available").get("status") == "True" for d in deployments
+            ), deployments
+        finally:
+            kube.delete(api, kind, name, SYSTEM_NAMESPACE)
+            with contextlib.suppress(TimeoutError):
+                wait_for(
+                    lambda: kube.get_or_none(api, kind, name, SYSTEM_NAMESPACE) is None,
+                    timeout=120,
+                    what="the Release to be uninstalled",
+                )
+            kube.delete(config["apiVersion"], config["kind"], name)
+            kube.delete("v1", "Secret", name, SYSTEM_NAMESPACE)

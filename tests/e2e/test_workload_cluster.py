@@ -1,0 +1,179 @@
+"""The workload cluster's own promises (tests/e2e/workload.py), without the providers: kwok's nodes
+take pods, the real controllers report real status, chart webhooks are never called, and every
+process stops by PID. A few seconds on the control plane's etcd."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.e2e.controlplane import LOCALHOST, ControlPlane
+from tests.e2e.kube import ApiError, Kube, condition, wait_for
+from tests.e2e.workload import WorkloadCluster
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+NAMESPACE = "default"
+
+
+@pytest.fixture(scope="module")
+def workload(control_plane: ControlPlane, tmp_path_factory):
+    etcd = f"http://{LOCALHOST}:{control_plane.ports.etcd}"
+    cluster = WorkloadCluster(tmp_path_factory.mktemp("workload"), etcd, prefix="/workload-probe")
+    with cluster:
+        cluster.add_node("system-0", {}, [], {"cpu": "8", "memory": "32Gi", "pods": "110"})
+        cluster.add_node(
+            "gpu-0",
+            {"modelplane.ai/pool": "gpu"},
+            [GPU_TAINT],
+            {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "8"},
+        )
+        cluster.wait_nodes_ready(["system-0", "gpu-0"])
+        yield cluster
+    pids = [p.pid for p in cluster.processes]
+    assert all(p.popen.poll() is not None for p in cluster.processes), pids
+
+
+def template(name: str, **spec) -> dict:
+    return {
+        "metadata": {"labels": {"app": name}},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/x"}], **spec},
+    }
+
+
+def test_deployments_daemonsets_and_jobs_report_real_status(workload: WorkloadCluster):
+    kube: Kube = workload.kube
+    selector = lambda n: {"matchLabels": {"app": n}}  # noqa: E731
+    kube.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": NAMESPACE},
+            "spec": {"replicas": 2, "selector": selector("web"), "template": template("web")},
+        }
+    )
+    kube.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "gpu-agent", "namespace": NAMESPACE},
+            "spec": {
+                "selector": selector("gpu-agent"),
+                "template": template(
+                    "gpu-agent",
+                    nodeSelector={"modelplane.ai/pool": "gpu"},
+                    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                ),
+            },
+        }
+    )
+    kube.apply(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "once", "namespace": NAMESPACE},
+            "spec": {"template": template("once", restartPolicy="Never")},
+        }
+    )
+    wait_for(
+        lambda: condition(kube.get("apps/v1", "Deployment", "web", NAMESPACE), "Available").get(
+            "status"
+        )
+        == "True",
+        timeout=60,
+        what="the Deployment Available",
+    )
+    wait_for(
+        lambda: (kube.get("apps/v1", "DaemonSet", "gpu-agent", NAMESPACE).get("status") or {}).get(
+            "numberReady"
+        )
+        == 1,
+        timeout=60,
+        what="the DaemonSet's pod Ready on the GPU node",
+    )
+    wait_for(
+        lambda: condition(kube.get("batch/v1", "Job", "once", NAMESPACE), "Complete").get("status")
+        == "True",
+        timeout=60,
+        what="the Job Complete",
+    )
+    pods = kube.list("v1", "Pod", NAMESPACE, label_selector="app=web")
+    # The scheduler kept the untolerated pods off the tainted GPU node.
+    assert {p["spec"]["nodeName"] for p in pods} == {"system-0"}, pods
+    [agent] = kube.list("v1", "Pod", NAMESPACE, label_selector="app=gpu-agent")
+    assert agent["spec"]["nodeName"] == "gpu-0"
+
+
+def test_a_pod_asking_more_than_a_node_has_stays_pending(workload: WorkloadCluster):
+    """Allocatable is real to the scheduler: nine GPUs fit on no node."""
+    kube: Kube = workload.kube
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "greedy", "namespace": NAMESPACE},
+        "spec": {
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "example.invalid/x",
+                    "resources": {"limits": {"nvidia.com/gpu": "9"}},
+                }
+            ],
+        },
+    }
+    kube.apply(pod)
+    wait_for(
+        lambda: condition(kube.get("v1", "Pod", "greedy", NAMESPACE), "PodScheduled").get("reason")
+        == "Unschedulable",
+        timeout=60,
+        what="the scheduler to refuse the pod",
+    )
+
+
+def test_chart_webhooks_are_never_called(workload: WorkloadCluster):
+    """A failing-closed webhook no pod serves does not block admission (the plugins are off)."""
+    kube: Kube = workload.kube
+    kube.apply(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "nobody-serves-this"},
+            "webhooks": [
+                {
+                    "name": "deny.example.invalid",
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                    "failurePolicy": "Fail",
+                    "clientConfig": {"service": {"name": "absent", "namespace": NAMESPACE}},
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["configmaps"],
+                        }
+                    ],
+                }
+            ],
+        }
+    )
+    created = kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "admitted", "namespace": NAMESPACE},
+            "data": {"k": "v"},
+        }
+    )
+    assert created["metadata"]["uid"]
+
+
+def test_its_own_etcd_prefix_keeps_it_apart(workload: WorkloadCluster, kube: Kube):
+    """The management cluster does not see the workload cluster's objects (and the reverse)."""
+    assert kube.get_or_none("v1", "Node", "gpu-0") is None
+    with pytest.raises(ApiError):
+        workload.kube.get(
+            "apiextensions.k8s.io/v1", "CustomResourceDefinition", "inferenceclusters.modelplane.ai"
+        )
+    assert os.path.exists(workload.kubeconfig)
