@@ -63,6 +63,8 @@ PROV_MODS       := tests/tools/providers
 PROVIDER_HELM   := $(TOOLS_BIN)/provider-helm
 PROVIDER_K8S    := $(TOOLS_BIN)/provider-kubernetes
 PROVIDERS       := $(PROVIDER_HELM) $(PROVIDER_K8S)
+# The loopback stand-in of Nebius IAM's token exchange the providers' gosdk calls (tests/tools/nebiusiam).
+NEBIUS_IAM      := $(TOOLS_BIN)/nebius-iam
 provider_version = $(shell awk '$$1 == "require" && $$2 == "github.com/crossplane-contrib/$(1)" {print $$3}' $(PROV_MODS)/$(2)/go.mod)
 required         = $(shell awk '$$1 == "require" && $$2 == "$(2)" {print $$3}' $(CP_MODS)/$(1)/go.mod)
 K8S_VERSION     := $(call required,kubernetes,k8s.io/kubernetes)
@@ -72,7 +74,7 @@ K8S_LDFLAGS     := -s -w -X $(K8S_VERSION_PKG).gitVersion=$(K8S_VERSION) \
 	-X $(K8S_VERSION_PKG).gitMajor=$(patsubst v%,%,$(word 1,$(subst ., ,$(K8S_VERSION)))) \
 	-X $(K8S_VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION))) -X $(K8S_VERSION_PKG).gitTreeState=clean
 
-e2e-tools: $(E2E_TOOLS) $(PROVIDERS)
+e2e-tools: $(E2E_TOOLS) $(PROVIDERS) $(NEBIUS_IAM)
 
 $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER): $(CP_MODS)/kubernetes/go.mod $(CP_MODS)/kubernetes/go.sum
 	mkdir -p $(TOOLS_BIN)
@@ -106,6 +108,10 @@ $(PROVIDER_K8S): $(PROV_MODS)/kubernetes/go.mod $(PROV_MODS)/kubernetes/go.sum |
 	cd $(PROV_MODS)/kubernetes && go build -trimpath -o $@ \
 		-ldflags "-s -w -X github.com/crossplane-contrib/provider-kubernetes/internal/version.Version=$(call provider_version,provider-kubernetes,kubernetes)" \
 		github.com/crossplane-contrib/provider-kubernetes/cmd/provider
+
+$(NEBIUS_IAM): tests/tools/nebiusiam/go.mod tests/tools/nebiusiam/go.sum tests/tools/nebiusiam/main.go | $(PROVIDER_K8S)
+	mkdir -p $(TOOLS_BIN)
+	cd tests/tools/nebiusiam && go build -trimpath -ldflags "-s -w" -o $@ .
 
 ## Render a bundled example (EXAMPLE=existing|gke|eks|aks|nebius|vultr) with the real crossplane CLI.
 render: setup
