@@ -5,11 +5,19 @@ v1.3.1 as processes, and the loopback chart server they pull the charts from.
 
 1. the chart server (tests/e2e/charts_server.py, a process of its own): every chart the function
    names, on port 443 of a loopback address of its own, with a CA made for it;
-2. provider-helm, then provider-kubernetes (built by `make e2e-tools` from the pinned wrapper
+2. the Nebius IAM stand-in (tests/tools/nebiusiam, built by `make e2e-tools`): the gRPC token
+   exchange github.com/nebius/gosdk v0.2.29 (linked by both providers, pkg/kube/client/nebius)
+   dials to trade a service account's signed JWT for an IAM token, on port 443 of a loopback
+   address of its own with a certificate of the control plane's CA (trusted by the providers next
+   to the chart server's). It knows one service account, whose key this makes
+   (`nebius_credentials`: the credentials.json a Nebius ProviderConfig's Secret holds), and
+   answers with the token the test writes to `nebius_token_file`;
+3. provider-helm, then provider-kubernetes (built by `make e2e-tools` from the pinned wrapper
    modules in tests/tools/providers), each in a mount namespace of its own (`unshare --mount`, so
    it runs as root outside a container) where
    - `/etc/hosts` is a file made here that maps every repository hostname (charts_server.hostnames)
-     to the chart server's address: provider-helm dials the real names the Releases carry;
+     to the chart server's address (provider-helm dials the real names the Releases carry), and
+     Nebius IAM's token exchange host (NEBIUS_IAM_HOST) to the Nebius IAM stand-in's;
    - `/tmp` is a folder of its own under the workdir: provider-helm v1.4.0 keeps its chart cache in
      the fixed paths /tmp/charts and /tmp/content-cache (pkg/clients/helm/client.go), which must
      not be shared with another run; its kubeconfig, CA bundle and TLS folder are there too;
@@ -50,7 +58,10 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests.e2e.charts_server import pick_address
 from tests.e2e.controlplane import (
     ROOT,
     ControlPlane,
@@ -66,6 +77,12 @@ PROVIDERS = ("provider-helm", "provider-kubernetes")
 MODULES = ROOT / "tests" / "tools" / "providers"
 PROVIDER_KUBERNETES_MODULE = "github.com/crossplane-contrib/provider-kubernetes"
 CHARTS_SERVER = "charts-server"
+NEBIUS_IAM = "nebius-iam"
+# gosdk v0.2.29: "tokens.iam" (services/nebius/iam/v1/token_exchange_service.sdk.go) + ".{domain}"
+# (conn/resolvers.go), domain api.nebius.cloud (config/paths/paths.go) on port 443 (sdk.go ensurePort).
+NEBIUS_IAM_HOST = "tokens.iam.api.nebius.cloud"
+NEBIUS_ACCOUNT = "serviceaccount-e00e2e0000000000000"
+NEBIUS_KEY_ID = "publickey-e00e2e0000000000000"
 # Mounts the namespace's own /etc/hosts and /tmp, then becomes the command.
 NAMESPACE_SCRIPT = 'mount --bind "$1" /etc/hosts && mount --bind "$2" /tmp && shift 2 && exec "$@"'
 # The provider's /tmp inside its namespace: a private folder of the workdir, bind-mounted there.
@@ -77,8 +94,9 @@ NO_PROXY_ENV = {
 
 
 def provider_binaries() -> dict[str, Path]:
-    """The two providers `make e2e-tools` builds; a missing one is an error naming the fix."""
-    found = {name: bin_dir() / name for name in PROVIDERS}
+    """The two providers and the Nebius IAM stand-in `make e2e-tools` builds; a missing one is
+    an error naming the fix."""
+    found = {name: bin_dir() / name for name in (*PROVIDERS, NEBIUS_IAM)}
     missing = [str(p) for p in found.values() if not os.access(p, os.X_OK)]
     if missing:
         raise FileNotFoundError(
@@ -142,11 +160,14 @@ def in_namespace(argv: list[str], hosts: Path, tmp: Path) -> list[str]:
     return [*prefix, NAMESPACE_SCRIPT, "sh", str(hosts), str(tmp), *argv]
 
 
-def private_tmp(folder: Path, ca: Path) -> Path:
-    """A process's /tmp for in_namespace, trusting only the CA `ca` (see namespace_env)."""
+def private_tmp(folder: Path, ca: Path, *more_cas: Path) -> Path:
+    """A process's /tmp for in_namespace, trusting only the CA `ca` and `more_cas` (see
+    namespace_env)."""
     (folder / "certs").mkdir(parents=True)
     shutil.copyfile(ca, folder / "ca.crt")
     shutil.copyfile(ca, folder / "certs" / "charts-ca.pem")
+    for i, extra in enumerate(more_cas):
+        shutil.copyfile(extra, folder / "certs" / f"ca-{i}.pem")
     folder.chmod(0o1777)
     return folder
 
@@ -163,14 +184,17 @@ def namespace_env() -> dict[str, str]:
     }
 
 
-def hosts_file(address: str, hostnames: list[str], base: str = "") -> str:
+def hosts_file(
+    address: str, hostnames: list[str], base: str = "", more: dict[str, str] | None = None
+) -> str:
     """An /etc/hosts: localhost, then every repository hostname at the chart server's address
-    (lines of `base` naming those hostnames are dropped)."""
-    names = set(hostnames)
+    and every hostname of `more` at its address (lines of `base` naming those are dropped)."""
+    entries = {**dict.fromkeys(hostnames, address), **(more or {})}
+    names = set(entries)
     kept = [
         line for line in base.splitlines() if not names & set(line.split("#", 1)[0].split()[1:])
     ]
-    ours = [f"{address}\t{name}" for name in hostnames]
+    ours = [f"{ip}\t{name}" for name, ip in entries.items()]
     return "\n".join(["127.0.0.1\tlocalhost", "::1\tlocalhost", *kept, *ours]) + "\n"
 
 
@@ -198,6 +222,9 @@ class Providers:
         self.charts: dict = {}
         self.hosts: Path = self.workdir / "hosts"
         self.timings: dict[str, float] = {}
+        self.nebius_credentials = ""
+        self.nebius_token_file: Path = self.workdir / NEBIUS_IAM / "token"
+        self.nebius_address = ""
 
     def __enter__(self) -> Providers:
         self.start()
@@ -214,6 +241,8 @@ class Providers:
             self.workdir.mkdir(parents=True)
             self._step("crds", self._install_crds)
             self._step(CHARTS_SERVER, self._charts_server)
+            self._step(NEBIUS_IAM, lambda: self._nebius_iam(bins[NEBIUS_IAM]))
+            self._step("hosts", self._hosts)
             for name in PROVIDERS:
                 self._step(name, lambda n=name: self._provider(n, bins[n]))
         except BaseException:
@@ -287,12 +316,75 @@ class Providers:
 
         # Packaging the charts with the real Helm takes most of this.
         self.cp.wait_ready(proc, listening, 120, "listening with its certificate")
+
+    def _nebius_iam(self, binary: Path) -> None:
+        """The Nebius IAM stand-in, with a service account key made here."""
+        folder = self.workdir / NEBIUS_IAM
+        folder.mkdir(parents=True, exist_ok=True)
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        public = folder / "public.pem"
+        public.write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+        private = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ).decode()
+        # The credentials.json of a Nebius service account's authorized key, as provider-kubernetes
+        # v1.3.1 reads it (pkg/kube/client/nebius credentialsFile).
+        self.nebius_credentials = json.dumps(
+            {
+                "alg": "RS256",
+                "private_key": private,
+                "public_key_id": NEBIUS_KEY_ID,
+                "account_id": NEBIUS_ACCOUNT,
+            }
+        )
+        self.nebius_token_file.touch(mode=0o600)
+        for _ in range(20):
+            self.nebius_address = pick_address()
+            if self.nebius_address != self.charts["address"]:
+                break
+        certs = self.cp.pki.issue(NEBIUS_IAM, NEBIUS_IAM_HOST, server=True, dns=[NEBIUS_IAM_HOST])
+        proc = self._spawn(
+            NEBIUS_IAM,
+            [
+                str(binary),
+                f"--listen={self.nebius_address}:443",
+                f"--tls-cert={certs / 'tls.crt'}",
+                f"--tls-key={certs / 'tls.key'}",
+                f"--public-key={public}",
+                f"--public-key-id={NEBIUS_KEY_ID}",
+                f"--account-id={NEBIUS_ACCOUNT}",
+                f"--token-file={self.nebius_token_file}",
+            ],
+            {},
+        )
+
+        def listening() -> bool:
+            context = ssl.create_default_context(cafile=str(self.cp.pki.ca_file))
+            context.set_alpn_protocols(["h2"])
+            with (
+                socket.create_connection((self.nebius_address, 443), 1) as raw,
+                context.wrap_socket(raw, server_hostname=NEBIUS_IAM_HOST),
+            ):
+                return True
+
+        self.cp.wait_ready(proc, listening, 30, "listening with its certificate")
+
+    def _hosts(self) -> None:
         base = Path("/etc/hosts").read_text() if Path("/etc/hosts").is_file() else ""
-        self.hosts.write_text(hosts_file(self.charts["address"], self.charts["hostnames"], base))
+        more = {NEBIUS_IAM_HOST: self.nebius_address}
+        self.hosts.write_text(
+            hosts_file(self.charts["address"], self.charts["hostnames"], base, more)
+        )
 
     def _private_tmp(self, name: str) -> Path:
         """The provider's /tmp: a self-contained kubeconfig, the chart server's CA, TLS folder."""
-        tmp = private_tmp(self.workdir / name / "tmp", Path(self.charts["ca"]))
+        tmp = private_tmp(self.workdir / name / "tmp", Path(self.charts["ca"]), self.cp.pki.ca_file)
         (tmp / "kubeconfig").write_text(self_contained_kubeconfig(self.cp.kubeconfig))
         (tmp / "kubeconfig").chmod(0o600)
         if name == "provider-kubernetes":

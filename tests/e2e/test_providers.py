@@ -20,18 +20,33 @@ import json
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
+import grpc
 import pytest
 import yaml
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from tests.charts import UNCHECKED, converged_examples, releases
 from tests.conftest import crds_dir
 from tests.e2e import charts_server
-from tests.e2e.controlplane import ControlPlane, StartupError, binaries, provider_crds
+from tests.e2e.controlplane import (
+    LOCALHOST,
+    ControlPlane,
+    StartupError,
+    binaries,
+    kubeconfig_text,
+    provider_crds,
+)
 from tests.e2e.kube import ApiError, Kube, condition, wait_for
 from tests.e2e.providers import (
     INSIDE_TMP,
+    NEBIUS_ACCOUNT,
+    NEBIUS_IAM,
+    NEBIUS_IAM_HOST,
+    NEBIUS_KEY_ID,
     PROVIDERS,
     Providers,
     hosts_file,
@@ -353,11 +368,141 @@ def test_deleting_a_release_uninstalls_it(running, target):
     assert _established(target, "certificates.cert-manager.io")
 
 
+NEBIUS_TARGET = "providers-e2e-nebius"
+EXCHANGE = "/nebius.iam.v1.TokenExchangeService/Exchange"
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _subject_jwt(key: rsa.RSAPrivateKey, claims: dict) -> str:
+    """An RS256 JWT as gosdk's ServiceAccountExchangeTokenRequester signs it (auth/exchangable.go)."""
+    header = {"alg": "RS256", "typ": "JWT", "kid": NEBIUS_KEY_ID}
+    signing = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
+    signature = key.sign(signing.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return f"{signing}.{_b64url(signature)}"
+
+
+def _exchange_request(subject: str) -> bytes:
+    """nebius.iam.v1.ExchangeTokenRequest, fields 1-4 (gosdk proto/nebius/iam/v1/token_service.pb.go)."""
+    fields = [
+        "urn:ietf:params:oauth:grant-type:token-exchange",
+        "urn:ietf:params:oauth:token-type:access_token",
+        subject,
+        "urn:ietf:params:oauth:token-type:jwt",
+    ]
+    out = b""
+    for number, value in enumerate(fields, 1):
+        data = value.encode()
+        length, size = b"", len(data)
+        while True:
+            byte, size = size & 0x7F, size >> 7
+            length += bytes([byte | (0x80 if size else 0)])
+            if not size:
+                break
+        out += bytes([number << 3 | 2]) + length + data
+    return out
+
+
+def test_the_nebius_iam_stand_in_accepts_only_the_service_accounts_key(running):
+    """The stand-in answers a JWT signed by the service account's key with the token, and one
+    signed by another key, or for another account, with PERMISSION_DENIED."""
+    cp, providers = running
+    providers.nebius_token_file.write_text(cp.token)
+    own = serialization.load_pem_private_key(
+        json.loads(providers.nebius_credentials)["private_key"].encode(), None
+    )
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    now = int(time.time())
+    claims = {
+        "iss": NEBIUS_ACCOUNT,
+        "sub": NEBIUS_ACCOUNT,
+        "aud": ["token-service.iam.new.nebiuscloud.net"],
+        "iat": now,
+        "exp": now + 60,
+    }
+    credentials = grpc.ssl_channel_credentials(cp.pki.ca_file.read_bytes())
+    options = [("grpc.ssl_target_name_override", NEBIUS_IAM_HOST)]
+    with grpc.secure_channel(f"{providers.nebius_address}:443", credentials, options) as channel:
+        exchange = channel.unary_unary(EXCHANGE)
+        answer = exchange(_exchange_request(_subject_jwt(own, claims)), timeout=10)
+        assert cp.token.encode() in answer
+        wrong = [
+            _subject_jwt(other, claims),
+            _subject_jwt(own, {**claims, "sub": "serviceaccount-other"}),
+            _subject_jwt(own, {**claims, "exp": now - 10}),
+        ]
+        for subject in wrong:
+            with pytest.raises(grpc.RpcError) as denied:
+                exchange(_exchange_request(subject), timeout=10)
+            assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_provider_kubernetes_authenticates_with_a_nebius_service_account(running, target):
+    """A ClusterProviderConfig as the function composes one for Nebius (function/providerconfigs.py):
+    a kubeconfig with the endpoint and CA only, and the NebiusServiceAccountCredentials identity
+    naming a service account's credentials.json. provider-kubernetes' gosdk signs a JWT with that
+    key and exchanges it at the Nebius IAM stand-in (tokens.iam.api.nebius.cloud), which checks the
+    signature and answers with the API server's token: the Object is applied only through that."""
+    cp, providers = running
+    providers.nebius_token_file.write_text(cp.token)
+    stand_in = providers.process(NEBIUS_IAM)
+    seen = len(stand_in.tail(10**6).splitlines())
+    kubeconfig = kubeconfig_text(f"https://{LOCALHOST}:{cp.ports.apiserver}", cp.pki, None)
+    assert "token" not in kubeconfig
+    secrets = {"kubeconfig": kubeconfig, "credentials.json": providers.nebius_credentials}
+    for key, value in secrets.items():
+        target.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": f"{NEBIUS_TARGET}-{key.split('.')[0]}",
+                    "namespace": NAMESPACE,
+                },
+                "stringData": {key: value},
+            }
+        )
+    ref = {"namespace": NAMESPACE, "name": f"{NEBIUS_TARGET}-kubeconfig", "key": "kubeconfig"}
+    identity = {"namespace": NAMESPACE, "name": f"{NEBIUS_TARGET}-credentials"}
+    target.apply(
+        {
+            "apiVersion": KUBERNETES,
+            "kind": "ClusterProviderConfig",
+            "metadata": {"name": NEBIUS_TARGET},
+            "spec": {
+                "credentials": {"source": "Secret", "secretRef": ref},
+                "identity": {
+                    "type": "NebiusServiceAccountCredentials",
+                    "source": "Secret",
+                    "secretRef": {**identity, "key": "credentials.json"},
+                },
+            },
+        }
+    )
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": NEBIUS_TARGET, "namespace": NAMESPACE},
+        "data": {"through": "nebius-iam"},
+    }
+    obj = _managed(KUBERNETES, "Object", NEBIUS_TARGET, {"manifest": manifest})
+    obj["spec"]["providerConfigRef"]["name"] = NEBIUS_TARGET
+    target.apply(obj)
+    _wait_ready(target, providers, obj, timeout=120)
+    assert target.get("v1", "ConfigMap", NEBIUS_TARGET, NAMESPACE)["data"] == manifest["data"]
+    log = stand_in.tail(10**6).splitlines()[seen:]
+    calls = [json.loads(line) for line in log if line.startswith("{")]
+    assert calls and all(c.get("ok") for c in calls), calls
+
+
 def test_every_process_stops_by_its_pid(running):
-    """Stopping leaves no provider or chart server running (each stopped by its PID)."""
+    """Stopping leaves no provider, chart server or Nebius IAM stand-in running (each stopped
+    by its PID)."""
     _, providers = running
     pids = [p.pid for p in providers.processes]
-    assert len(pids) == 3
+    assert len(pids) == 4
     providers.stop()
     assert not [p.name for p in providers.processes if p.alive()]
     for pid in pids:

@@ -55,8 +55,10 @@ REAL = (HELM, KUBERNETES)  # the providers that run for real here
 TIMEOUT = 900  # seconds for an example to converge through the real providers on 2 shared cores
 
 # One example per source, but Nebius, and both stacks (the clouds' examples run Standard,
-# existing-dynamo Dynamo): Nebius's ProviderConfigs' identity (NebiusServiceAccountCredentials) is
-# exchanged for an IAM token through Nebius's SDK, which no loopback stand-in answers yet.
+# existing-dynamo Dynamo). Nebius's identity (NebiusServiceAccountCredentials) is answered by the
+# Nebius IAM stand-in (tests/e2e/providers.py, proved in tests/e2e/test_providers.py), but its
+# csi-mounted-fs-path Release names a chart with no public source (../shared/charts/SOURCES.md),
+# which the chart server cannot serve, so the example cannot converge here.
 WORKLOAD_EXAMPLES = [
     E2EExample("existing-dynamo", existing=True),
     E2EExample("vultr"),
