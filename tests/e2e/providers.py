@@ -84,7 +84,12 @@ NEBIUS_IAM_HOST = "tokens.iam.api.nebius.cloud"
 NEBIUS_ACCOUNT = "serviceaccount-e00e2e0000000000000"
 NEBIUS_KEY_ID = "publickey-e00e2e0000000000000"
 # Mounts the namespace's own /etc/hosts and /tmp, then becomes the command.
-NAMESPACE_SCRIPT = 'mount --bind "$1" /etc/hosts && mount --bind "$2" /tmp && shift 2 && exec "$@"'
+# The program is opened before /tmp is covered and run from that descriptor, so it runs wherever
+# it lives, a checkout under /tmp included.
+NAMESPACE_SCRIPT = (
+    'exec 9<"$3" && mount --bind "$1" /etc/hosts && mount --bind "$2" /tmp'
+    ' && shift 3 && exec /proc/self/fd/9 "$@"'
+)
 # The provider's /tmp inside its namespace: a private folder of the workdir, bind-mounted there.
 INSIDE_TMP = "/tmp"  # noqa: S108
 NO_PROXY_ENV = {
