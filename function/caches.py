@@ -9,7 +9,7 @@ function answers with). Nearly all of those calls repeat an earlier one, so the 
   nothing new;
 - observed resources as last read (SEEN) and required resources converted (REQUIRED);
 - what is made of content alone and shared by identity: encoded bodies (ENCODED), validated models
-  (PARSED), the serving stack's bodies (BODIES) and Usages (USAGES).
+  (PARSED), the serving stack's bodies (BODIES), Usages (USAGES) and children's names (NAMES).
 
 Every entry is weighed in bytes (what it holds, estimated from its encoded size) against one
 budget for all of them, which the operator sets (`--cache-mib`, `FUNCTION_CACHE_MIB`); when it is
@@ -391,6 +391,21 @@ BODIES = Cache("stack bodies", lambda key, _: 2 * len(key[-1] or b""))
 # Usages by what they name (cluster, edge, both ends' apiVersion, kind and name): the same from
 # one reconcile to the next, made once and shared.
 USAGES = Cache("usages", lambda key, _: _bytes(*key))
+
+# Names of a cluster's children (names.cloud_name, names.child_name) by what they are made of: a
+# hash and a sanitising for each, made again by every composition of the cluster. Weighed with the
+# rest, so a fleet keeps every cluster's (a count-bound memo held 8192: 55 clusters of the largest
+# shape, after which a fleet's compositions made every name again).
+NAMES = Cache("names", lambda key, name: _bytes(*key) + len(name))
+
+
+def name(key: tuple, make: Callable[..., str]) -> str:
+    """make(*key), kept by key."""
+    found = NAMES.find(key)
+    if found is None:
+        found = make(*key)
+        NAMES.put(key, found)
+    return found
 
 
 def forget() -> None:

@@ -1,10 +1,11 @@
 """Names, namespaces and API versions shared by every renderer."""
 
-import functools
 import hashlib
 import re
 
 from crossplane.function import resource
+
+from function import caches
 
 SYSTEM_NAMESPACE = "modelplane-system"
 
@@ -30,8 +31,14 @@ _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _HASH_LEN = 5
 
 
-# The SDK's child_name hashes its parts on every call; a reconcile names the same children again.
-child_name = functools.lru_cache(maxsize=8192)(resource.child_name)
+def child_name(*parts: str) -> str:
+    """The SDK's child_name (a hash of the parts on every call), kept: a reconcile names the same
+    children again (caches.NAMES)."""
+    return caches.name(("child", *parts), _child_name)
+
+
+def _child_name(_: str, *parts: str) -> str:
+    return resource.child_name(*parts)
 
 
 def class_requirement(class_name: str) -> str:
@@ -48,14 +55,17 @@ def kubeconfig_secret(cluster: str) -> str:
     return child_name(cluster, "kubeconfig")
 
 
-@functools.lru_cache(maxsize=8192)
 def cloud_name(*parts: str, limit: int = 63, letter_first: bool = False) -> str:
     """A deterministic name any cloud accepts: lowercase letters, digits and dashes, at most limit.
 
     Like the SDK's child_name it always ends in a hash of the parts as given, so two parts that
     sanitise alike (H100_Pool, h100-pool) still get distinct names, and renaming is never needed
-    when other pools come and go.
+    when other pools come and go. Kept by its parts (caches.NAMES).
     """
+    return caches.name((limit, letter_first, *parts), _cloud_name)
+
+
+def _cloud_name(limit: int, letter_first: bool, *parts: str) -> str:
     raw = "-".join(parts)
     digest = hashlib.sha256(raw.encode()).hexdigest()[:_HASH_LEN]
     prefix = _NOT_DNS.sub("-", raw.lower()).strip("-")

@@ -1,7 +1,7 @@
 """The caches' budget: sized in bytes, the least recently used entry dropped first whichever cache
 holds it, answers by tag kept last, nothing kept longer than the idle time."""
 
-from function import caches
+from function import caches, names
 
 
 class Clock:
@@ -86,3 +86,23 @@ def test_a_replaced_entry_is_weighed_once():
     cache.pop("k")
     cache.clear()
     assert s.held == cache.held == 0
+
+
+def test_a_fleets_names_are_all_kept_and_weighed_in_the_budget():
+    # 9600 names: more than the 8192 a count-bound memo held (55 clusters of the largest shape).
+    caches.forget()
+    try:
+        wanted = {
+            (f"cluster-{i:04d}", f"pool-{p}"): names._cloud_name(
+                63, False, f"cluster-{i:04d}", f"pool-{p}"
+            )
+            for i in range(320)
+            for p in range(30)
+        }
+        assert {k: names.cloud_name(*k) for k in wanted} == wanted
+        held = caches.NAMES.held
+        assert len(caches.NAMES) == len(wanted) and held >= len(wanted) * caches.ENTRY_OVERHEAD
+        assert {k: names.cloud_name(*k) for k in wanted} == wanted  # every one found again
+        assert caches.NAMES.held == held and caches.STORE.held >= held
+    finally:
+        caches.forget()
