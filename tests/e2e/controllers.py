@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import base64
 import datetime
-import threading
 from collections.abc import Callable
 
 from tests import nodes
-from tests.e2e.kube import ApiError, Kube, condition
+from tests.e2e.kube import ApiError, Kube, Ticker, condition
 from tests.e2e.workload import WorkloadCluster
 from tests.sim import workload as sim_workload
 
@@ -127,36 +126,24 @@ class StandIns:
         self.management, self.namespace, self.cluster, self.xr = management, namespace, cluster, xr
         assert cluster.kube is not None
         self.kube: Kube = cluster.kube
-        self.interval = interval
         self.errors: list[str] = []
         self.done: set[str] = set()  # what was written, as "<step>/<name>", for the report
         self.gpu_nodes: dict[str, int] = {}  # node name -> its GPUs
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker("stand-ins", self.tick, interval, self._close)
 
     # --- the loop ---------------------------------------------------------------------------------
 
     def __enter__(self) -> StandIns:
         self.cluster.add_node(SYSTEM_NODE, SYSTEM_LABELS, [], SYSTEM_ALLOCATABLE)
-        self._thread = threading.Thread(target=self._run, name="stand-ins", daemon=True)
-        self._thread.start()
+        self._ticker.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._ticker.stop()
+
+    def _close(self) -> None:
         self.kube.close()
         self.management.close()
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self.tick()
-                self._stop.wait(self.interval)
-        finally:
-            self.kube.close()
-            self.management.close()
 
     def tick(self) -> None:
         for step in (

@@ -451,6 +451,28 @@ class Supervisor:
         run()
         self.timings[name] = time.monotonic() - began
 
+    def api_pki(
+        self, server: str, *, ips: list[str], dns: list[str], users: list[tuple[str, str]]
+    ) -> Pki:
+        """The API server's PKI in `<workdir>/pki`: its serving certificate (`apiserver_certs`),
+        the service-account key pair, a static token file of users (token, name), each in
+        system:masters, and at `kubeconfig` the first user's kubeconfig for server."""
+        pki = self.pki = Pki(self.workdir / "pki")
+        self.apiserver_certs = pki.issue(
+            "apiserver", "kube-apiserver", server=True, ips=ips, dns=dns
+        )
+        self.sa_key, self.sa_pub = pki.key_pair("service-account")
+        self.tokens = self.workdir / "tokens.csv"
+        self.tokens.write_text(
+            "".join(
+                f'{token},{name},{uid},"system:masters"\n'
+                for uid, (token, name) in enumerate(users, 1)
+            )
+        )
+        self.tokens.chmod(0o600)
+        write_kubeconfig(self.kubeconfig, server, pki, users[0][0])
+        return pki
+
     def spawn(self, name: str, argv: list[str], env: dict | None = None) -> Process:
         log = self.workdir / "logs" / f"{name}.log"
         with log.open("ab") as out:
@@ -602,10 +624,11 @@ class ControlPlane(Supervisor):
     # --- components ------------------------------------------------------------------------------
 
     def _pki(self) -> None:
-        pki = Pki(self.workdir / "pki")
-        self.pki = pki
-        self.apiserver_certs = pki.issue(
-            "apiserver", "kube-apiserver", server=True, ips=[LOCALHOST], dns=["localhost"]
+        pki = self.api_pki(
+            f"https://{LOCALHOST}:{self.ports.apiserver}",
+            ips=[LOCALHOST],
+            dns=["localhost"],
+            users=[(self.token, "admin")],
         )
         self.controller_manager_certs = pki.issue(
             "controller-manager", "kube-controller-manager", server=True, ips=[LOCALHOST]
@@ -615,14 +638,6 @@ class ControlPlane(Supervisor):
             "function", "function-inference-cluster", server=True, ips=[LOCALHOST]
         )
         self.crossplane_client_certs = pki.issue("crossplane-client", "crossplane", client=True)
-        self.sa_key, self.sa_pub = pki.key_pair("service-account")
-        tokens = self.workdir / "tokens.csv"
-        tokens.write_text(f'{self.token},admin,1,"system:masters"\n')
-        tokens.chmod(0o600)
-        self.tokens = tokens
-        write_kubeconfig(
-            self.kubeconfig, f"https://{LOCALHOST}:{self.ports.apiserver}", pki, self.token
-        )
 
     def _etcd(self, binary: Path) -> None:
         client = f"http://{LOCALHOST}:{self.ports.etcd}"

@@ -254,6 +254,38 @@ class Kube:
         return True
 
 
+class Ticker:
+    """tick() every interval seconds on a thread of its own, until stop(); closing() runs on that
+    thread when it ends and on the stopping one (each closes the connections it opened)."""
+
+    def __init__(
+        self, name: str, tick: Callable[[], object], interval: float, closing: Callable[[], None]
+    ) -> None:
+        self.name, self.tick, self.interval, self.closing = name, tick, interval, closing
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        self.closing()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.tick()
+                self._stop.wait(self.interval)
+        finally:
+            self.closing()
+
+
 def write_params(dry_run: bool, strict: bool) -> dict[str, str]:
     params = {"fieldManager": FIELD_MANAGER, "fieldValidation": "Strict" if strict else "Warn"}
     if dry_run:

@@ -30,7 +30,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tests.e2e.kube import ApiError, Kube
+from tests.e2e.kube import ApiError, Kube, Ticker
 from tests.sim import providers
 
 EXTERNAL_NAME = "crossplane.io/external-name"
@@ -126,15 +126,13 @@ class Simulator:
         self.namespace = namespace
         self.kinds = list(kinds) if kinds is not None else None
         self.observe = observe
-        self.interval = interval
         self.errors: list[str] = []
         self.unknown_fields: dict[str, set[str]] = defaultdict(set)
         self.writes: Counter[str] = Counter()  # "status", "external-name", "secret"
         self.ticks = 0
         self._written: dict[str, tuple[str, int]] = {}  # uid -> (observation, generation)
         self._secrets: dict[tuple[str, str], str] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker("provider-simulator", self.tick, interval, self.kube.close)
         self._tick_lock = threading.Lock()
 
     # --- the loop ---------------------------------------------------------------------------------
@@ -149,24 +147,10 @@ class Simulator:
     def start(self) -> None:
         if self.kinds is None:
             self.kinds = served_managed_kinds(self.kube)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="provider-simulator", daemon=True)
-        self._thread.start()
+        self._ticker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
-        self.kube.close()  # this thread's connection; the loop's closed itself
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self.tick()
-                self._stop.wait(self.interval)
-        finally:
-            self.kube.close()
+        self._ticker.stop()
 
     def tick(self) -> int:
         """One pass over every managed resource in the namespace; returns how many writes."""

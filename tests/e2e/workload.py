@@ -41,14 +41,12 @@ from tests.e2e.controlplane import (
     LOCALHOST,
     ROOT,
     ControlPlane,
-    Pki,
     Supervisor,
     bin_dir,
     free_port,
     kubeconfig_text,
     module_dir,
     required_version,
-    write_kubeconfig,
 )
 from tests.e2e.kube import ApiError, condition, wait_for
 
@@ -126,24 +124,14 @@ class WorkloadCluster(Supervisor):
         return self
 
     def _pki(self) -> None:
-        pki = Pki(self.workdir / "pki")
-        self.pki = pki
-        self.apiserver_certs = pki.issue(
-            "apiserver",
-            "kube-apiserver",
-            server=True,
+        pki = self.api_pki(
+            self.server,
             ips=[LOCALHOST, SERVICE_CIDR.replace("0/16", "1")],
             dns=["localhost", "kubernetes.default.svc"],
+            # identity_token: the simulated cloud IAM's token for the cluster's service account.
+            users=[(self.token, "admin"), (self.identity_token, "cloud-service-account")],
         )
         self.component_certs = pki.issue("components", "workload", server=True, ips=[LOCALHOST])
-        self.sa_key, self.sa_pub = pki.key_pair("service-account")
-        self.tokens = self.workdir / "tokens.csv"
-        self.tokens.write_text(
-            f'{self.token},admin,1,"system:masters"\n'
-            f'{self.identity_token},cloud-service-account,2,"system:masters"\n'
-        )
-        self.tokens.chmod(0o600)
-        write_kubeconfig(self.kubeconfig, self.server, pki, self.token)
 
     def _apiserver(self, binary: Path) -> None:
         self.run_apiserver(
