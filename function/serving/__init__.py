@@ -136,7 +136,9 @@ def load_balancer_annotations(inputs: Inputs, cluster: ClusterFacts) -> tuple[tu
     seen = inputs.observed.resources.get("gateway-proxy")
     if seen is None:
         return cluster.load_balancer_annotations
-    return gateway.service_annotations(seen.get("spec", "forProvider", "manifest"))
+    return gateway.service_annotations(
+        seen.get("spec", "forProvider", "manifest", *gateway.SERVICE_ANNOTATIONS)
+    )
 
 
 def unplaced_gpu_plugin(inputs: Inputs) -> list[Result]:

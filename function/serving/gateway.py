@@ -174,14 +174,16 @@ def envoy_proxy(service_annotations: Iterable[tuple[str, str]] = ()) -> dict:
     }
 
 
-def service_annotations(envoy_proxy_manifest: object) -> tuple[tuple[str, str], ...]:
-    """The Service annotations an EnvoyProxy manifest was composed with."""
-    node = envoy_proxy_manifest
-    for step in ("spec", "provider", "kubernetes", "envoyService", "annotations"):
-        node = node.get(step) if isinstance(node, dict) else None
-    if not isinstance(node, dict):
+# Where an EnvoyProxy keeps its Service's annotations (envoy_proxy).
+SERVICE_ANNOTATIONS = ("spec", "provider", "kubernetes", "envoyService", "annotations")
+
+
+def service_annotations(annotations: object) -> tuple[tuple[str, str], ...]:
+    """An EnvoyProxy's Service annotations (read at SERVICE_ANNOTATIONS), as envoy_proxy takes
+    them."""
+    if not isinstance(annotations, dict):
         return ()
-    return tuple(sorted((str(k), str(v)) for k, v in node.items()))
+    return tuple(sorted((str(k), str(v)) for k, v in annotations.items()))
 
 
 def envoy_service_name() -> str:
