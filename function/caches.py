@@ -175,6 +175,57 @@ class Cache:
         self.store.held -= entry[1]
 
 
+class Groups(Cache):
+    """A cache whose entries are groups of small ones: a cluster's, found once by whoever reads
+    many of them (one lookup in a map of clusters rather than one in a map of every cluster's
+    items, which in a fleet is a cache miss each). A group is weighed item by item as they are
+    added (weigh_item), and goes as one entry: used last when any of its items was."""
+
+    def __init__(
+        self, name: str, weigh_item: Callable[[Any, Any], int], store: Store | None = None
+    ) -> None:
+        super().__init__(name, lambda _, group: 0, store)
+        self.weigh_item = weigh_item
+
+    def group(self, key: Any) -> "Group":
+        """The group kept under key (made, and kept, when there is none)."""
+        group = self.find(key)
+        if group is None:
+            group = Group(self, key)
+            self.put(key, group)
+        return group
+
+    def grow(self, key: Any, group: "Group", size: int) -> None:
+        """Weigh size more (or less) on group, while it is the one kept under key."""
+        entry = self._items.get(key)
+        if entry is None or entry[0] is not group:  # dropped meanwhile: nothing to weigh
+            return
+        entry[1] += size
+        self.held += size
+        self.store.held += size
+        self.store.make_room()
+
+
+class Group:
+    """The items of one group of a Groups cache, by key."""
+
+    __slots__ = ("_cache", "_key", "items")
+
+    def __init__(self, cache: Groups, key: Any) -> None:
+        self._cache = cache
+        self._key = key
+        self.items: dict = {}
+
+    def add(self, key: Any, value: Any) -> None:
+        weigh = self._cache.weigh_item
+        size = weigh(key, value) + ENTRY_OVERHEAD
+        old = self.items.get(key)
+        if old is not None:
+            size -= weigh(key, old) + ENTRY_OVERHEAD
+        self.items[key] = value
+        self._cache.grow(self._key, self, size)
+
+
 def _bytes(*parts: Any) -> int:
     """Bytes held by plain data: bytes and strings by length, tuples item by item."""
     total = 0
@@ -271,13 +322,13 @@ def composition(
     if made is not None and _still(made, given, observed):
         return made.out
     out, read = compose()
-    COMPOSED.put(where, Made(given, frozenset(observed.keys()), tuple(sorted(read.items())), out))
+    COMPOSED.put(where, Made(given, frozenset(observed), tuple(read.items()), out))
     return out
 
 
 def _still(made: Made, given: tuple, observed: Mapping[str, bytes]) -> bool:
     """Whether made was made from what is given now."""
-    if made.given != given or made.names != frozenset(observed.keys()):
+    if made.given != given or made.names != frozenset(observed):
         return False
     for key, told in made.read:
         data = observed[key]
@@ -300,28 +351,30 @@ def composite(data: bytes, convert: Callable[[], dict]) -> dict:
     return convert() if version is None else COMPOSITES.get(version, convert)
 
 
-# What was read of each observed resource, by composite and resource name. Crossplane sends every
-# observed resource on every call, the same until a provider or the API server changes it: what
-# was read of one (a condition, an id) is read once. Kept by name with what tells the content it
-# was read from (its version, wire.version, or without one its bytes), never the resource's own
-# bytes: a new request brings them again, and they are parsed only for what was not read before.
-SEEN = Cache(
+# What was read of each observed resource, grouped by composite, by resource name. Crossplane
+# sends every observed resource on every call, the same until a provider or the API server
+# changes it: what was read of one (a condition, an id) is read once. Kept with what tells the
+# content it was read from (its version, wire.version, or without one its bytes), never the
+# resource's own bytes: a new request brings them again, and they are parsed only for what was
+# not read before. A resource no longer observed keeps its reads until its composite's group goes.
+SEEN = Groups(
     "reads of observed resources",
     lambda _, kept: 600 + (len(kept[0]) if isinstance(kept[0], bytes) else 0),
 )
 
 
-def seen(where: tuple, data: bytes) -> tuple[dict, tuple | bytes, tuple | None]:
-    """What was read of the observed resource encoded as data (a Resource message), to note
-    more in; what tells its content (its version, or its bytes); and its version."""
+def seen(reads: Group, key: str, data: bytes) -> tuple[dict, tuple | bytes, tuple | None]:
+    """What was read of the observed resource key, encoded as data (a Resource message), to note
+    more in; what tells its content (its version, or its bytes); and its version. reads is its
+    composite's group of SEEN."""
     version = wire.version(data)
     told = version or data
-    kept = SEEN.find(where)
+    kept = reads.items.get(key)
     if kept is not None and kept[0] == told:
         return kept[1], told, version
-    reads: dict = {}
-    SEEN.put(where, (told, reads))
-    return reads, told, version
+    noted: dict = {}
+    reads.add(key, (told, noted))
+    return noted, told, version
 
 
 # Required resources (InferenceClasses, InferenceGateways, consumers, ProviderConfigs) converted,
@@ -392,19 +445,20 @@ BODIES = Cache("stack bodies", lambda key, _: 2 * len(key[-1] or b""))
 # one reconcile to the next, made once and shared.
 USAGES = Cache("usages", lambda key, _: _bytes(*key))
 
-# Names of a cluster's children (names.cloud_name, names.child_name) by what they are made of: a
-# hash and a sanitising for each, made again by every composition of the cluster. Weighed with the
-# rest, so a fleet keeps every cluster's (a count-bound memo held 8192: 55 clusters of the largest
-# shape, after which a fleet's compositions made every name again).
-NAMES = Cache("names", lambda key, name: _bytes(*key) + len(name))
+# Names of a cluster's children (names.cloud_name, names.child_name) by what they are made of,
+# grouped by cluster: a hash and a sanitising for each, made again by every composition of the
+# cluster. Weighed with the rest, so a fleet keeps every cluster's (a count-bound memo held 8192:
+# 55 clusters of the largest shape, after which a fleet's compositions made every name again).
+NAMES = Groups("names", lambda key, name: _bytes(*key) + len(name))
 
 
-def name(key: tuple, make: Callable[..., str]) -> str:
-    """make(*key), kept by key."""
-    found = NAMES.find(key)
+def name(cluster: str, key: tuple, make: Callable[..., str]) -> str:
+    """make(*key), kept by key in cluster's group."""
+    group = NAMES.group(cluster)
+    found = group.items.get(key)
     if found is None:
         found = make(*key)
-        NAMES.put(key, found)
+        group.add(key, found)
     return found
 
 

@@ -21,7 +21,7 @@ from google.protobuf import struct_pb2
 from function import caches, names, wire
 from function.caches import ENCODED, Answer
 from function.compose import compose_class, compose_cluster
-from function.inputs import Observed, ObservedResource
+from function.inputs import Observed, ObservedResource, is_true
 from function.output import BadInput, Output, shown
 
 SEVERITY = {
@@ -301,11 +301,18 @@ class WireResource(ObservedResource):
         # JSON holds no bytes: bytes here are a container, marshalled.
         return marshal.loads(value) if type(value) is bytes else value  # noqa: S302 - ours
 
+    # What is noted is keyed by its path (strings and numbers), or for what is not a field by a
+    # key no path can be (None first).
     def get(self, *path: str | int):
         return self._noted(path, lambda: wire.lookup(self._parsed.body, path))
 
     def condition(self, type_: str) -> dict | None:
-        return self._noted(("condition()", type_), lambda: self._condition(type_))
+        return self._noted((None, "condition", type_), lambda: self._condition(type_))
+
+    @property
+    def ready(self) -> bool:
+        # Read of nearly every resource: noted as what it is, a bool, not as the condition.
+        return self._noted((None, "ready"), lambda: is_true(self._condition("Ready")))
 
     def _condition(self, type_: str) -> dict | None:
         conditions = wire.at(self._parsed.body, ("status", "conditions"))
@@ -324,11 +331,14 @@ class ObservedResources(ConvertedOnRead):
     def __init__(self, source: Mapping, composite: str | None) -> None:
         super().__init__(source)
         self._composite = composite
+        self._seen: caches.Group | None = None  # the composite's, found when one is first read
         # What tells each resource read: its version, or its bytes (caches.seen).
         self.read: dict[str, tuple | bytes] = {}
 
     def _convert(self, key: str, value: bytes) -> ObservedResource:
-        reads, self.read[key], version = caches.seen((self._composite, key), value)
+        if self._seen is None:
+            self._seen = caches.SEEN.group(self._composite)
+        reads, self.read[key], version = caches.seen(self._seen, key, value)
         return WireResource(value, reads, version[3] if version else None)
 
 

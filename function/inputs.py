@@ -58,12 +58,15 @@ class ObservedResource:
     @property
     def ready(self) -> bool:
         """Crossplane's own readiness: a Ready=True condition on the managed resource."""
-        ready = self.condition("Ready")
-        return ready is not None and ready.get("status") == "True"
+        return is_true(self.condition("Ready"))
 
     @property
     def external_name(self) -> str | None:
         return self.get("metadata", "annotations", "crossplane.io/external-name")
+
+
+def is_true(condition: dict | None) -> bool:
+    return condition is not None and condition.get("status") == "True"
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,10 @@ _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _HASH_LEN = 5
 
 
-def child_name(*parts: str) -> str:
-    """The SDK's child_name (a hash of the parts on every call), kept: a reconcile names the same
-    children again (caches.NAMES)."""
-    return caches.name(("child", *parts), _child_name)
+def child_name(cluster: str, *parts: str) -> str:
+    """The SDK's child_name of cluster's parts (a hash of them on every call), kept: a reconcile
+    names the same children again (caches.NAMES)."""
+    return caches.name(cluster, ("child", cluster, *parts), _child_name)
 
 
 def _child_name(_: str, *parts: str) -> str:
@@ -55,14 +55,18 @@ def kubeconfig_secret(cluster: str) -> str:
     return child_name(cluster, "kubeconfig")
 
 
-def cloud_name(*parts: str, limit: int = 63, letter_first: bool = False) -> str:
+def cloud_name(
+    *parts: str, limit: int = 63, letter_first: bool = False, cluster: str | None = None
+) -> str:
     """A deterministic name any cloud accepts: lowercase letters, digits and dashes, at most limit.
 
     Like the SDK's child_name it always ends in a hash of the parts as given, so two parts that
     sanitise alike (H100_Pool, h100-pool) still get distinct names, and renaming is never needed
-    when other pools come and go. Kept by its parts (caches.NAMES).
+    when other pools come and go. Kept by its parts, with the names of the cluster it is of (the
+    first part unless told, caches.NAMES).
     """
-    return caches.name((limit, letter_first, *parts), _cloud_name)
+    owner = cluster if cluster is not None else parts[0]
+    return caches.name(owner, (limit, letter_first, *parts), _cloud_name)
 
 
 def _cloud_name(limit: int, letter_first: bool, *parts: str) -> str:

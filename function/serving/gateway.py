@@ -53,7 +53,7 @@ def hostname(xr: str) -> str:
 
     InferenceGateways resolve it to status.gateway.address themselves, so nobody publishes DNS.
     """
-    return f"{names.cloud_name('gateway', xr)}.{NAMESPACE}.svc.cluster.local"
+    return f"{names.cloud_name('gateway', xr, cluster=xr)}.{NAMESPACE}.svc.cluster.local"
 
 
 def is_public_certificate(text: object) -> bool:

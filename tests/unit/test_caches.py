@@ -101,8 +101,30 @@ def test_a_fleets_names_are_all_kept_and_weighed_in_the_budget():
         }
         assert {k: names.cloud_name(*k) for k in wanted} == wanted
         held = caches.NAMES.held
-        assert len(caches.NAMES) == len(wanted) and held >= len(wanted) * caches.ENTRY_OVERHEAD
+        assert len(caches.NAMES) == 320  # a group a cluster
+        kept = sum(len(caches.NAMES.find(f"cluster-{i:04d}").items) for i in range(320))
+        assert kept == len(wanted) and held >= len(wanted) * caches.ENTRY_OVERHEAD
         assert {k: names.cloud_name(*k) for k in wanted} == wanted  # every one found again
         assert caches.NAMES.held == held and caches.STORE.held >= held
     finally:
         caches.forget()
+
+
+def test_a_group_is_weighed_item_by_item_and_goes_as_one_entry():
+    s, clock = store(budget=1 << 20)
+    groups = caches.Groups("g", by_length, s)
+    other = caches.Cache("other", by_length, s)
+    a = groups.group("a")
+    a.add("x", b"x" * 100)
+    a.add("x", b"x" * 300)  # replaced: weighed once
+    a.add("y", b"y" * 50)
+    assert groups.group("a") is a and len(groups) == 1
+    assert s.held == groups.held == 350 + 3 * caches.ENTRY_OVERHEAD
+    clock.now = 1
+    s.call()
+    other.put("o", b"o" * 10)
+    s.budget = s.held - 1  # full: the coldest entry is the whole group
+    s.make_room()
+    assert groups.find("a") is None and groups.held == 0 and other.find("o") == b"o" * 10
+    a.add("z", b"z")  # a group dropped meanwhile is weighed no more
+    assert groups.held == 0 and s.held == other.held
