@@ -11,6 +11,12 @@ function answers with). Nearly all of those calls repeat an earlier one, so the 
 - what is made of content alone and shared by identity: encoded bodies (ENCODED), validated models
   (PARSED), the serving stack's bodies (BODIES), Usages (USAGES) and children's names (NAMES).
 
+What a cluster has many small entries of (what was read of its observed resources, its
+children's names, its stack bodies and Usages) is kept in one group a cluster (Groups): a
+composition finds its cluster's group once and each item in that small map, not hundreds of
+items in a fleet's map of every cluster's, whose lookups reach memory the processor's caches
+have let go (README "Performance").
+
 Every entry is weighed in bytes (what it holds, estimated from its encoded size) against one
 budget for all of them, which the operator sets (`--cache-mib`, `FUNCTION_CACHE_MIB`); when it is
 full the entry used longest ago goes, whichever cache holds it. An entry unused for IDLE_SECONDS
@@ -194,6 +200,15 @@ class Groups(Cache):
             group = Group(self, key)
             self.put(key, group)
         return group
+
+    def item(self, group: Any, key: Any, make: Callable[[], Any]) -> Any:
+        """The item kept by key in group, made (and kept) when there is none."""
+        items = self.group(group)
+        found = items.items.get(key)
+        if found is None:
+            found = make()
+            items.add(key, found)
+        return found
 
     def grow(self, key: Any, group: "Group", size: int) -> None:
         """Weigh size more (or less) on group, while it is the one kept under key."""
@@ -435,15 +450,15 @@ ENCODED = Structs()
 # frozen): a cluster and its classes are the same from one call to the next.
 PARSED = Cache("validated models", lambda key, _: 2 * len(key[1]))
 
-# The serving stack's bodies by what they are made of (component, cluster, ProviderConfig, and
-# the built values by content, or a fixed manifest by identity, which the component table holds
-# for good): a cluster's stack is the same from one reconcile to the next, so each body is made
-# once and shared (never changed once made).
-BODIES = Cache("stack bodies", lambda key, _: 2 * len(key[-1] or b""))
+# The serving stack's bodies, grouped by cluster, by what they are made of (component,
+# ProviderConfig, and the built values by content, or a fixed manifest by identity, which the
+# component table holds for good): a cluster's stack is the same from one reconcile to the next,
+# so each body is made once and shared (never changed once made).
+BODIES = Groups("stack bodies", lambda key, _: 2 * len(key[-1] or b""))
 
-# Usages by what they name (cluster, edge, both ends' apiVersion, kind and name): the same from
-# one reconcile to the next, made once and shared.
-USAGES = Cache("usages", lambda key, _: _bytes(*key))
+# Usages, grouped by cluster, by what they name (edge, both ends' apiVersion, kind and name): the
+# same from one reconcile to the next, made once and shared.
+USAGES = Groups("usages", lambda key, _: _bytes(*key))
 
 # Names of a cluster's children (names.cloud_name, names.child_name) by what they are made of,
 # grouped by cluster: a hash and a sanitising for each, made again by every composition of the
@@ -454,12 +469,7 @@ NAMES = Groups("names", lambda key, name: _bytes(*key) + len(name))
 
 def name(cluster: str, key: tuple, make: Callable[..., str]) -> str:
     """make(*key), kept by key in cluster's group."""
-    group = NAMES.group(cluster)
-    found = group.items.get(key)
-    if found is None:
-        found = make(*key)
-        group.add(key, found)
-    return found
+    return NAMES.item(cluster, key, lambda: make(*key))
 
 
 def forget() -> None:

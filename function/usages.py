@@ -68,8 +68,9 @@ def render(edges_: list[Edge], desired: dict[str, Desired], xr: str) -> dict[str
 
 def usage(xr: str, edge: Edge, desired: dict[str, Desired]) -> dict:
     of, by = desired[edge.of].body, desired[edge.by].body
-    return USAGES.get(
-        (xr, edge.of, edge.by, *_named(of), *_named(by)),
+    return USAGES.item(
+        xr,
+        (edge.of, edge.by, *_named(of), *_named(by)),
         lambda: _usage(xr, edge, _ref(of), _ref(by)),
     )
 

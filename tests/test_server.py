@@ -464,9 +464,8 @@ def test_a_cluster_no_longer_reconciled_leaves_nothing_behind(monkeypatch):
     for minute in range(1, 12):
         now[0] = 60.0 * minute
         run_reconcile(runner.answer, live)
-    names = (
-        set(caches.SEEN._items) | set(caches.NAMES._items) | {k[0] for k in caches.COMPOSED._items}
-    )
+    grouped = (caches.SEEN, caches.NAMES, caches.USAGES, caches.BODIES)
+    names = {k for g in grouped for k in g._items} | {k[0] for k in caches.COMPOSED._items}
     assert names == {"eks-worst-0001"}
     assert len(caches.TAGGED) == 2  # the live cluster's two calls
 

@@ -198,8 +198,9 @@ def _body(component: Component, built: dict, ctx: Context, provider_config: str)
     # A fixed manifest or chart values by identity (the table holds them for good), one built
     # from the context by content.
     made_of = None if built is component.fixed else marshal.dumps(built)
-    return BODIES.get(
-        (component.key, ctx.xr, provider_config, made_of),
+    return BODIES.item(
+        ctx.xr,
+        (component.key, provider_config, made_of),
         lambda: _make_body(component, built, ctx, provider_config),
     )
 
