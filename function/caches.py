@@ -47,9 +47,9 @@ from function.output import Output
 
 MIB = 1 << 20
 BUDGET_ENV = "FUNCTION_CACHE_MIB"
-# Room for 700 clusters of the largest shape (EKS, 8 pools, Dynamo: 0.7 MiB of entries each) or
-# 1900 small ones (Existing: 0.27 MiB); the entries' weights are within a fifth of what tracemalloc
-# finds them holding (`make bench`'s fleet column; README "Performance").
+# Room for 600 clusters of the largest shape (EKS, 8 pools, Dynamo: 0.83 MiB of entries each) or
+# 1650 small ones (Existing: 0.31 MiB); the entries' weights are within a fifth of what tracemalloc
+# finds them holding (README "Caches with a fleet").
 DEFAULT_BUDGET_MIB = 512
 IDLE_SECONDS = 10 * 60
 # A converted dict takes about seven times its marshal dump in memory (measured on the largest

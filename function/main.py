@@ -20,7 +20,7 @@ MIB = 1024 * 1024
     show_default=True,
     envvar=caches.BUDGET_ENV,
     show_envvar=True,
-    help="MiB every cache together may hold (what is kept between calls for speed): about 0.7 "
+    help="MiB every cache together may hold (what is kept between calls for speed): about 0.85 "
     "MiB per cluster of the largest shape, 0.3 MiB per small one. Past it, what was used longest "
     "ago is made afresh when next needed.",
 )
