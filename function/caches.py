@@ -184,8 +184,8 @@ class Cache:
 class Groups(Cache):
     """A cache whose entries are groups of small ones: a cluster's, found once by whoever reads
     many of them (one lookup in a map of clusters rather than one in a map of every cluster's
-    items, which in a fleet is a cache miss each). A group is weighed item by item as they are
-    added (weigh_item), and goes as one entry: used last when any of its items was."""
+    items, whose memory a fleet leaves cold). A group is weighed item by item as they are added
+    (weigh_item), and goes as one entry: used last when any of its items was."""
 
     def __init__(
         self, name: str, weigh_item: Callable[[Any, Any], int], store: Store | None = None
@@ -201,13 +201,13 @@ class Groups(Cache):
             self.put(key, group)
         return group
 
-    def item(self, group: Any, key: Any, make: Callable[[], Any]) -> Any:
-        """The item kept by key in group, made (and kept) when there is none."""
-        items = self.group(group)
-        found = items.items.get(key)
+    def item(self, of: Any, key: Any, make: Callable[[], Any]) -> Any:
+        """The item kept by key in the group of `of`, made (and kept) when there is none."""
+        group = self.group(of)
+        found = group.items.get(key)
         if found is None:
             found = make()
-            items.add(key, found)
+            group.add(key, found)
         return found
 
     def grow(self, key: Any, group: "Group", size: int) -> None:

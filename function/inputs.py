@@ -66,6 +66,7 @@ class ObservedResource:
 
 
 def is_true(condition: dict | None) -> bool:
+    """Whether a condition, as Kubernetes writes them, holds."""
     return condition is not None and condition.get("status") == "True"
 
 
