@@ -12,10 +12,10 @@ function answers with). Nearly all of those calls repeat an earlier one, so the 
   (PARSED), the serving stack's bodies (BODIES), Usages (USAGES) and children's names (NAMES).
 
 What a cluster has many small entries of (what was read of its observed resources, its
-children's names, its stack bodies and Usages) is kept in one group a cluster (Groups): a
-composition finds its cluster's group once and each item in that small map, not hundreds of
-items in a fleet's map of every cluster's, whose lookups reach memory the processor's caches
-have let go (README "Performance").
+children's names, its stack bodies, Usages and encoded entries) is kept in one group a cluster
+(Groups): a composition finds its cluster's group once and each item in that small map, not
+hundreds of items in a fleet's map of every cluster's, whose lookups reach memory the
+processor's caches have let go (README "Caches with a fleet").
 
 Every entry is weighed in bytes (what it holds, estimated from its encoded size) against one
 budget for all of them, which the operator sets (`--cache-mib`, `FUNCTION_CACHE_MIB`); when it is
@@ -409,7 +409,8 @@ def required_item(data: bytes, convert: Callable[[], tuple[str | None, bytes]]):
 
 
 class Structs:
-    """Dicts encoded as Struct messages and desired resources as State entries, kept by content.
+    """Dicts encoded as Struct messages and desired resources as State entries, kept by content,
+    grouped by the cluster they are of.
 
     Encoding a dict into a Struct runs in Python, field by field; a steady cluster returns the
     same bodies every time. An equal marshal dump means equal content, hence equal bytes, and a
@@ -419,24 +420,26 @@ class Structs:
     """
 
     def __init__(self, store: Store | None = None) -> None:
-        self._content = Cache(
+        self._content = Groups(
             "encoded by content", lambda key, data: len(key[-1]) + len(data), store
         )
-        self._shared = Cache("encoded shared bodies", lambda _, kept: len(kept[3]) * 5 // 2, store)
+        self._shared = Groups("encoded shared bodies", lambda _, kept: len(kept[3]) * 5 // 2, store)
 
-    def encoded(self, body: dict) -> bytes:
-        return self._content.get((marshal.dumps(body),), lambda: wire.struct_message(body))
+    def encoded(self, body: dict, of: str | None = None) -> bytes:
+        return self._content.item(of, (marshal.dumps(body),), lambda: wire.struct_message(body))
 
-    def entry(self, key: str, body: dict, ready: bool, *, shared: bool = False) -> bytes:
-        """The State.resources entry of a desired resource."""
+    def entry(
+        self, key: str, body: dict, ready: bool, *, shared: bool = False, of: str | None = None
+    ) -> bytes:
+        """The State.resources entry of a desired resource of cluster `of`."""
         if shared:
-            kept = self._shared.get(
-                id(body), lambda: (body, key, ready, wire.state_entry(key, body, ready))
+            kept = self._shared.item(
+                of, id(body), lambda: (body, key, ready, wire.state_entry(key, body, ready))
             )
             if kept[0] is body and kept[1] == key and kept[2] == ready:
                 return kept[3]
-        return self._content.get(
-            (key, ready, marshal.dumps(body)), lambda: wire.state_entry(key, body, ready)
+        return self._content.item(
+            of, (key, ready, marshal.dumps(body)), lambda: wire.state_entry(key, body, ready)
         )
 
     def clear(self) -> None:

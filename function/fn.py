@@ -138,7 +138,7 @@ def made_for(req: wire.Request, handed: dict[str, tuple]) -> Answer:
     kind = composite.get("kind")
     name = composite.get("metadata", {}).get("name")
     out = run(kind, composite, req, handed)
-    return Answer(kind, name, out.ready, len(out.resources), encoded(out))
+    return Answer(kind, name, out.ready, len(out.resources), encoded(out, name))
 
 
 def run(kind: str | None, composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Output:
@@ -374,17 +374,17 @@ def composed(composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Ou
     return caches.composition((name, tuple(handed)), given, req.observed, compose)
 
 
-def encoded(out: Output) -> tuple[bytes, ...]:
+def encoded(out: Output, of: str | None) -> tuple[bytes, ...]:
     """What out answers, serialised once: its requirements, the composite's status and readiness,
-    conditions and results, then the desired resources' entries (those ENCODED keeps, not copied).
-    A kept Output is answered again as it is."""
+    conditions and results, then the desired resources' entries (those ENCODED keeps for the
+    composite named `of`, not copied). A kept Output is answered again as it is."""
     if out.encoded is None:
         rsp, entries = fnv1.RunFunctionResponse(), []
         encode_requirements(out, rsp)
         if not out.deferred:
-            encode(out, rsp)
+            encode(out, rsp, of)
             entries = [
-                ENCODED.entry(key, d.body, d.ready, shared=d.shared)
+                ENCODED.entry(key, d.body, d.ready, shared=d.shared, of=of)
                 for key, d in sorted(out.resources.items())
             ]
         head = rsp.SerializeToString(deterministic=True)
@@ -394,11 +394,12 @@ def encoded(out: Output) -> tuple[bytes, ...]:
     return out.encoded
 
 
-def encode(out: Output, rsp: fnv1.RunFunctionResponse) -> None:
+def encode(out: Output, rsp: fnv1.RunFunctionResponse, of: str | None) -> None:
     if out.status:
         # As resource.update: the status replaces any an earlier step desired (the parser merges
         # the composite's fields, the later value of a key winning).
-        rsp.desired.composite.resource.MergeFromString(ENCODED.encoded({"status": out.status}))
+        status = ENCODED.encoded({"status": out.status}, of)
+        rsp.desired.composite.resource.MergeFromString(status)
     if out.ready is not None:
         rsp.desired.composite.ready = READY[out.ready]
     response.set_conditions(
