@@ -12,6 +12,13 @@
 # (python3-debian12 had 3.11 and is deprecated upstream). pyproject allows >=3.11,<3.14.
 # Unlike the template, no --platform=${BUILDPLATFORM}: pip must fetch the *target* architecture's
 # binary wheels, so this stage runs on the target platform (emulated when cross-building).
+# The workload CRDs a registry publishes as files (hack/crds/fetch.sh): from the pinned Go module,
+# checked against hack/crds/go.sum, never from the build context.
+FROM golang:1.26-trixie AS crds
+WORKDIR /src
+COPY hack/crds/ hack/crds/
+RUN --mount=type=cache,target=/go/pkg/mod hack/crds/fetch.sh /crds
+
 FROM debian:13-slim AS build
 
 RUN --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
@@ -24,10 +31,11 @@ RUN --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
 ENV PYTHONDONTWRITEBYTECODE=true
 
 # Build the wheel with hatch (the pyproject build backend) in a throwaway venv: Debian has no hatch
-# package and refuses global pip installs. The context is bind-mounted, trimmed by .dockerignore.
+# package and refuses global pip installs. The context is trimmed by .dockerignore.
 WORKDIR /build
-RUN --mount=target=. \
-    --mount=type=cache,target=/root/.cache/pip \
+COPY . .
+COPY --from=crds /crds/ function/serving/crds/
+RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv /venv/build \
     && /venv/build/bin/pip install hatch \
     && /venv/build/bin/hatch build -t wheel /whl

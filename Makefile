@@ -7,20 +7,33 @@ TOOLS_BIN  := $(CURDIR)/.tools/bin
 CROSSPLANE := $(TOOLS_BIN)/crossplane
 CELCOST    := $(TOOLS_BIN)/celcost
 HELM       := $(TOOLS_BIN)/helm
+HELM4      := $(TOOLS_BIN)/helm4
 CHARTS_DIR ?= $(abspath $(CURDIR)/../shared/charts)
 BENCHCLIENT := $(TOOLS_BIN)/benchclient
 CRDS_DIR   ?= $(abspath $(CURDIR)/../shared/crds)
 EXAMPLE    ?= existing
+# The release: function/__version__.py is the one source of the function's, the image's and both
+# packages' versions (CHANGELOG.md records each release's commit).
+VERSION    := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' function/__version__.py)
+
+# The workload CRDs a registry publishes as files, fetched from the pinned Go module into the package
+# (never into git); the ModelExpress CRDs are the project's own (function/serving/modelexpress_crds.py).
+WORKLOAD_CRDS := function/serving/crds/inference.networking.k8s.io_inferencepools.yaml \
+	function/serving/crds/inference.networking.x-k8s.io_inferenceobjectives.yaml
 
 export CRDS_DIR
 export CROSSPLANE
 export CELCOST
 export HELM
+export HELM4
 export CHARTS_DIR
 
 .PHONY: setup render test lint bench clean package e2e e2e-tools
 
-setup: $(VENV)/.stamp $(CROSSPLANE) $(CELCOST) $(HELM)
+setup: $(VENV)/.stamp $(CROSSPLANE) $(CELCOST) $(HELM) $(HELM4) $(WORKLOAD_CRDS)
+
+$(WORKLOAD_CRDS) &: hack/crds/go.mod hack/crds/go.sum hack/crds/fetch.sh
+	hack/crds/fetch.sh
 
 $(VENV)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,12 +47,19 @@ $(CROSSPLANE): tests/tools/crank/go.mod tests/tools/crank/go.sum
 	mkdir -p $(TOOLS_BIN)
 	cd tests/tools/crank && go build -o $(CROSSPLANE) github.com/crossplane/crossplane/v2/cmd/crank
 
-# The real Helm CLI, v4.2.3 as provider-helm v1.4.0 links it, pinned the same way: the tests render
-# every Release the function composes from the real charts in ../shared/charts.
+# The real Helm CLI, pinned the same way, twice: v3.21.1 as provider-helm v1.3.0 (the provider the e2e
+# builds and runs) links it, and v4.2.3 as provider-helm v1.4.0 (what the Configuration installs)
+# links it. The tests render every Release the function composes from the real charts in
+# ../shared/charts with both.
 $(HELM): tests/tools/helm/go.mod tests/tools/helm/go.sum
 	mkdir -p $(TOOLS_BIN)
-	cd tests/tools/helm && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=v4.2.3" \
-		-o $(HELM) helm.sh/helm/v4/cmd/helm
+	cd tests/tools/helm && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v3.21.1" \
+		-o $(HELM) helm.sh/helm/v3/cmd/helm
+
+$(HELM4): tests/tools/helm4/go.mod tests/tools/helm4/go.sum | $(HELM)
+	mkdir -p $(TOOLS_BIN)
+	cd tests/tools/helm4 && go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=v4.2.3" \
+		-o $(HELM4) helm.sh/helm/v4/cmd/helm
 
 # The CEL cost checker: an XRD through Crossplane's xcrd and the API server's CRD validation (pinned the same way).
 $(CELCOST): tests/tools/celcost/go.mod tests/tools/celcost/go.sum tests/tools/celcost/main.go
@@ -97,7 +117,7 @@ $(KWOK): tests/tools/kwok/go.mod tests/tools/kwok/go.sum | $(ETCD)
 	mkdir -p $(TOOLS_BIN)
 	cd tests/tools/kwok && go build -trimpath -ldflags "-s -w" -o $@ sigs.k8s.io/kwok/cmd/kwok
 
-$(PROVIDER_HELM): $(PROV_MODS)/helm/go.mod $(PROV_MODS)/helm/go.sum $(PROV_MODS)/helm/SOURCE | $(KWOK)
+$(PROVIDER_HELM): $(PROV_MODS)/helm/go.mod $(PROV_MODS)/helm/go.sum | $(KWOK)
 	mkdir -p $(TOOLS_BIN)
 	cd $(PROV_MODS)/helm && go build -trimpath -o $@ \
 		-ldflags "-s -w -X github.com/crossplane-contrib/provider-helm/pkg/version.Version=$(call provider_version,provider-helm,helm)" \
@@ -131,7 +151,7 @@ $(BENCHCLIENT): tests/tools/benchclient/go.mod tests/tools/benchclient/go.sum te
 	mkdir -p $(TOOLS_BIN)
 	cd tests/tools/benchclient && go build -o $(BENCHCLIENT) .
 
-bench: $(VENV)/.stamp $(BENCHCLIENT)
+bench: $(VENV)/.stamp $(BENCHCLIENT) $(WORKLOAD_CRDS)
 	$(BIN)/python -m tests.tools.bench
 
 lint: $(VENV)/.stamp
@@ -152,14 +172,16 @@ IMAGE_SRC ?= $(CURDIR)
 ## The function's runtime image, reproducibly and without Docker (root and mmdebstrap needed):
 ## hack/image/build-image.sh builds $(IMAGE_TAR) from IMAGE_SRC with SOURCE_DATE_EPOCH = last commit.
 .PHONY: image
-image:
+image: $(WORKLOAD_CRDS)
 	SOURCE_DATE_EPOCH="$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct)}" \
 		hack/image/build-image.sh $(IMAGE_SRC) $(IMAGE_TAR)
 
-package: $(CROSSPLANE)
+package: $(CROSSPLANE) $(WORKLOAD_CRDS)
 	rm -rf $(PKG_OUT)/configuration $(PKG_OUT)/function
 	mkdir -p $(PKG_OUT)/configuration $(PKG_OUT)/function
 	cp package/configuration/crossplane.yaml package/configuration/activation-policy.yaml $(PKG_OUT)/configuration/
+	sed -i 's|^\(      version: \)">=v0.0.0-0" # release$$|\1v$(VERSION)|' $(PKG_OUT)/configuration/crossplane.yaml
+	grep -q '^      version: v$(VERSION)$$' $(PKG_OUT)/configuration/crossplane.yaml
 	cp -R apis compositions $(PKG_OUT)/configuration/
 	$(CROSSPLANE) xpkg build --package-root=$(PKG_OUT)/configuration --examples-root=$(CURDIR)/examples \
 		--package-file=$(PKG_OUT)/configuration/modelplane-inference-cluster.xpkg

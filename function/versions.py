@@ -86,6 +86,14 @@ CHARTS: dict[str, Chart] = {
     ),
 }
 
+# Workload CRDs the function applies itself, by Go module: fetched at build time
+# (hack/crds/fetch.sh, pinned with its checksum in hack/crds/go.mod and go.sum). The ModelExpress
+# CRDs are the project's own (function/serving/modelexpress_crds.py), at
+# IMAGES["modelexpress-server"]'s version.
+WORKLOAD_CRDS: dict[str, str] = {
+    "sigs.k8s.io/gateway-api-inference-extension": "v1.0.1",
+}
+
 # Images the function runs itself (not through a chart).
 IMAGES: dict[str, str] = {
     "modelexpress-server": "nvcr.io/nvidia/ai-dynamo/modelexpress-server:0.5.0",

@@ -2,9 +2,10 @@
 
 Every Release the function composes names a chart (name, repository, version) and the values it
 installs with. ../shared/charts holds each chart unpacked as its project publishes it, one folder
-`<name>-<version>` (CHARTS_DIR, read in place); `helm template` (Helm v4.2.3, the version
-provider-helm v1.4.0 links, built by make into .tools/bin) renders a Release's manifests from it
-exactly as provider-helm would install them, CRDs included.
+`<name>-<version>` (CHARTS_DIR, read in place); `helm template` (Helm v3.21.1, the version the
+e2e's provider-helm v1.3.0 links, built by make into .tools/bin) renders a Release's manifests
+from it exactly as provider-helm would install them, CRDs included; Helm v4.2.3 (provider-helm
+v1.4.0's) must render the same.
 
 The Releases come from the converged golden files (tests/golden/*-converged.yaml: every example
 run to a Ready cluster), which tests/test_clouds.py and tests/test_render_examples.py keep equal to
@@ -40,10 +41,12 @@ def charts_dir() -> Path:
     return path
 
 
-def helm_bin() -> str:
-    path = os.environ.get("HELM") or str(ROOT / ".tools" / "bin" / "helm")
+def helm_bin(env: str = "HELM", name: str = "helm") -> str:
+    """Helm v3.21.1 (what the e2e's provider-helm v1.3.0 links); HELM4/helm4 gives v4.2.3 (what
+    provider-helm v1.4.0, the Configuration's dependency, links)."""
+    path = os.environ.get(env) or str(ROOT / ".tools" / "bin" / name)
     if not (Path(path).is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"helm not found at {path}; run `make setup`")
+        pytest.fail(f"{name} not found at {path}; run `make setup`")
     return path
 
 
@@ -85,13 +88,13 @@ def checked(release: dict) -> bool:
 
 
 @functools.cache
-def _template(path: Path, name: str, namespace: str, values: str) -> tuple[dict, ...]:
+def _template(path: Path, name: str, namespace: str, values: str, helm: str) -> tuple[dict, ...]:
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         f.write(values)
         f.flush()
         proc = subprocess.run(
             [
-                helm_bin(),
+                helm,
                 "template",
                 name,
                 str(path),
@@ -112,15 +115,15 @@ def _template(path: Path, name: str, namespace: str, values: str) -> tuple[dict,
     return tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
 
 
-def template(release: dict) -> tuple[dict, ...]:
-    """The manifests provider-helm installs for a Release (CRDs included)."""
+def template(release: dict, helm: str | None = None) -> tuple[dict, ...]:
+    """The manifests provider-helm installs for a Release (CRDs included), rendered by `helm`
+    (default: helm_bin())."""
     chart = chart_of(release)
     path = chart_path(chart["name"], chart["version"])
     assert path is not None, f"no chart {chart['name']} {chart['version']} in {charts_dir()}"
     values = json.dumps(release["spec"]["forProvider"].get("values") or {}, sort_keys=True)
-    return _template(
-        path, release_name(release), release["spec"]["forProvider"]["namespace"], values
-    )
+    namespace = release["spec"]["forProvider"]["namespace"]
+    return _template(path, release_name(release), namespace, values, helm or helm_bin())
 
 
 # --- which values a chart reads --------------------------------------------------------------------

@@ -103,6 +103,18 @@ def test_every_release_renders_and_validates(
     assert count >= 1
 
 
+@pytest.mark.parametrize("chart", CHECKED)
+def test_helm_v4_renders_every_release_as_helm_v3_does(chart):
+    """The e2e proves provider-helm v1.3.0 (Helm v3.21.1); the Configuration installs v1.4.0
+    (Helm v4.2.3). Both Helms render every Release the function composes to the same objects,
+    so what the chart tests and the e2e prove with one holds for the other."""
+    v4 = charts.helm_bin("HELM4", "helm4")
+    for release in RELEASES[chart]:
+        v3_objects = sorted(json.dumps(m, sort_keys=True) for m in charts.template(release))
+        v4_objects = sorted(json.dumps(m, sort_keys=True) for m in charts.template(release, v4))
+        assert v4_objects == v3_objects, charts.release_name(release)
+
+
 # --- where the GPU DaemonSets land ------------------------------------------------------------------
 
 # DaemonSets that must run on every GPU node, by (chart, DaemonSet name in the rendered chart):

@@ -7,7 +7,7 @@ carries no user credentials, and the GCP ProviderConfig's own credentials may be
 identity or impersonation that no other provider can borrow; so the cluster gets an identity of
 its own: a service account with `roles/container.admin` and a key, whose connection Secret the
 ProviderConfigs reaching the cluster use as GoogleApplicationCredentials (provider-kubernetes
-v1.3.1 and provider-helm v1.4.0 read the JSON key from the Secret key they are given;
+v1.3.1 and provider-helm (v1.3.0 and v1.4.0) read the JSON key from the Secret key they are given;
 provider-upjet-gcp writes it decoded under `private_key`).
 
 GPU pools follow GKE's DRA guide ("Prepare GKE infrastructure for DRA workloads"): GKE's driver
@@ -16,11 +16,9 @@ installs the driver, so the NVIDIA DRA driver is the only allocator of the GPUs.
 """
 
 import functools
-from pathlib import Path
-
-import yaml
 
 from function import kube, names, shapes
+from function.clusters import gke_driver
 from function.clusters.base import (
     NO_LATE_INIT,
     SYSTEM_LABELS,
@@ -48,8 +46,7 @@ FILESTORE_TIER = "zonal"
 # it again: other clusters of the project may use it).
 FILESTORE_API = "file.googleapis.com"
 # The COS driver installer puts the NVIDIA driver here; the DRA driver must be told.
-NVIDIA_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
-DRIVER_INSTALLER = Path(__file__).parent / "manifests" / "gke-nvidia-driver-installer-cos.yaml"
+NVIDIA_DRIVER_ROOT = gke_driver.INSTALL_DIR
 DRIVER_INSTALLER_KEY = "nvidia-driver-installer"
 # Every installer pod scheduled is ready (none scheduled while the GPU pools have no node).
 INSTALLED = (
@@ -493,7 +490,7 @@ class GKECluster:
         key = DRIVER_INSTALLER_KEY
         if provider_config is None or not c.on_cluster(key):
             return
-        c.put(key, provider_config, driver_installer_manifest(), ready_when=INSTALLED)
+        c.put(key, provider_config, gke_driver.daemonset(), ready_when=INSTALLED)
 
     def storage_class(self, provider_config: str | None) -> str | None:
         c = self.cloud
@@ -541,8 +538,3 @@ def fixed_locations(zones: list[str], count: int) -> list[str]:
         return zones
     spread = max(d for d in range(1, len(zones) + 1) if count % d == 0)
     return zones[:spread]
-
-
-@functools.cache
-def driver_installer_manifest() -> dict:
-    return yaml.safe_load(DRIVER_INSTALLER.read_text())

@@ -16,7 +16,7 @@ import yaml
 
 from function import names, wire
 from function.models import CLOUD_BLOCKS
-from function.serving import gateway
+from function.serving import gateway, modelexpress_crds
 from function.versions import CHARTS, IMAGES
 
 STANDARD, DYNAMO = "Standard", "Dynamo"
@@ -91,7 +91,11 @@ def _component(key: str, made: dict | Build, **kw) -> Component:
 
 
 def _crd(file: str) -> dict:
-    return yaml.safe_load((CRDS / file).read_text())
+    """A CRD file `make setup` (hack/crds/fetch.sh) puts in the package at build time."""
+    path = CRDS / file
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: build the package with `make setup`")
+    return yaml.safe_load(path.read_text())
 
 
 def namespace(name: str, labels: dict | None = None) -> dict:
@@ -506,13 +510,13 @@ def table() -> tuple[Component, ...]:
         ),
         manifest(
             "modelexpress-crd-modelmetadatas",
-            _crd("modelexpress.nvidia.com_modelmetadatas.yaml"),
+            modelexpress_crds.model_metadata(),
             stacks=frozenset({DYNAMO}),
             ready_when=crds_ready,
         ),
         manifest(
             "modelexpress-crd-modelcacheentries",
-            _crd("modelexpress.nvidia.com_modelcacheentries.yaml"),
+            modelexpress_crds.model_cache_entry(),
             stacks=frozenset({DYNAMO}),
             ready_when=crds_ready,
         ),

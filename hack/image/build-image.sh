@@ -17,15 +17,16 @@
 #    files of the Debian layer are dated by the newest .deb rather than SOURCE_DATE_EPOCH, so that
 #    layer only changes with Debian (and registries and nodes keep it across releases).
 #
-# Needs root (mmdebstrap's root mode and chroot), mmdebstrap, python3 (3.11+, with venv), network
-# access to the Debian mirror and PyPI. amd64 only. The same inputs give the same bytes; what moves
-# the digest: the source, SOURCE_DATE_EPOCH, a pin in hack/image/, the Debian mirror (a trixie point
-# or security release), and for the compressed digests only, the host's zlib.
+# Needs root (mmdebstrap's root mode and chroot), mmdebstrap, python3 (3.11+, with venv), go (the
+# workload CRDs, hack/crds/fetch.sh), network access to the Debian mirror, PyPI and the Go module
+# proxy. amd64 only. The same inputs give the same bytes; what moves the digest: the source,
+# SOURCE_DATE_EPOCH, a pin in hack/image/ or hack/crds/, the Debian mirror (a trixie point or
+# security release), and for the compressed digests only, the host's zlib.
 #
 # Environment: SOURCE_DATE_EPOCH (default: the checkout's last commit time), PYTHON (python3),
 # WORK (a scratch folder, default a new temporary one, removed afterwards unless KEEP_WORK=1),
 # DEBIAN_MIRROR (http://deb.debian.org/debian), DEBIAN_SECURITY_MIRROR
-# (http://deb.debian.org/debian-security), IMAGE_TAG (function-inference-cluster:dev).
+# (http://deb.debian.org/debian-security), IMAGE_TAG (function-inference-cluster:v<__version__>).
 set -euo pipefail
 
 usage() { echo "usage: $0 CHECKOUT OUT.tar" >&2; exit 2; }
@@ -39,7 +40,11 @@ py_version=3.13
 packages=base-files,python3,libstdc++6,netbase,tzdata  # libstdc++6: grpcio's native module
 debian_mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 security_mirror="${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
-tag="${IMAGE_TAG:-function-inference-cluster:dev}"
+# The release version: function/__version__.py, the one source of the function's, the image's and
+# both packages' versions.
+version="$(sed -n 's/^__version__ = "\(.*\)"/\1/p' "$src/function/__version__.py")"
+[ -n "$version" ] || die "no __version__ in $src/function/__version__.py"
+tag="${IMAGE_TAG:-function-inference-cluster:v$version}"
 uid=65532
 
 die() { echo "build-image: $*" >&2; exit 1; }
@@ -97,8 +102,12 @@ mmpid=$!
 
 # 1: the wheel.
 mkdir -p "$work/src" "$work/wheels"
-tar -C "$src" --exclude=__pycache__ --exclude='*.pyc' -cf - pyproject.toml README.md function \
-  | tar -C "$work/src" -xf -
+tar -C "$src" --exclude=__pycache__ --exclude='*.pyc' --exclude=function/serving/crds \
+  -cf - pyproject.toml README.md function | tar -C "$work/src" -xf -
+# The workload CRDs from the checkout's own pinned Go module (go is needed), never a stale local copy.
+if [ -x "$src/hack/crds/fetch.sh" ]; then
+  "$src/hack/crds/fetch.sh" "$work/src/function/serving/crds"
+fi
 # The pinned pip and hatchling go into a venv without the host Python's bundled pip when the host's
 # pip can install into another interpreter (pip 22.3+, --python): much faster than ensurepip.
 build_reqs=(install -q --no-compile --no-deps --require-hashes -r "$here/requirements-build.txt")
@@ -203,7 +212,6 @@ step "venv"
 
 # 5: pack.
 mkdir -p "$(dirname "$out")"
-version="$(sed -n 's/^__version__ = "\(.*\)"/\1/p' "$src/function/__version__.py")"
 "$python" "$here/mkimage.py" "$root" "$out" --layer venv \
   --entrypoint /venv/fn/bin/function --user "$uid:$uid" --port 9443 --tag "$tag" \
   --base-epoch "$debian_epoch" \

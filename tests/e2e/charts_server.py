@@ -8,10 +8,11 @@ server answers for the real hostnames of those repositories, on port 443 of one 
   `helm repo index --url <repository>`) and `<path>/<name>-<version>.tgz`, the archive the real
   `helm package` makes of the chart's folder (SOURCES.md: the archive each project publishes is
   `helm package` of that tree);
-- an `oci://` repository is an OCI registry (the distribution API subset Helm v4.2.3's pull uses
-  through oras-go v2.6.1: `GET /v2/`, `GET|HEAD /v2/<repo>/manifests/<tag|digest>`,
-  `GET|HEAD /v2/<repo>/blobs/<digest>`, `GET /v2/<repo>/tags/list`), holding for each chart the
-  manifest `helm push` writes (helm.sh/helm/v4 pkg/registry/client.go Push: an OCI image manifest,
+- an `oci://` repository is an OCI registry (the distribution API subset Helm's pull uses through
+  oras-go v2.6.1, in Helm v3.21.1 as provider-helm v1.3.0 links it and in v4.2.3 alike: `GET /v2/`,
+  `GET|HEAD /v2/<repo>/manifests/<tag|digest>`, `GET|HEAD /v2/<repo>/blobs/<digest>`,
+  `GET /v2/<repo>/tags/list`), holding for each chart the
+  manifest `helm push` writes (pkg/registry/client.go Push, in both: an OCI image manifest,
   config `application/vnd.cncf.helm.config.v1+json` = the chart's metadata as JSON, one layer
   `application/vnd.cncf.helm.chart.content.v1.tar+gzip` = the archive, the chart's OCI
   annotations) tagged with the chart version. `docker.io` is also served as `registry-1.docker.io`,

@@ -51,7 +51,6 @@ import os
 import shutil
 import socket
 import ssl
-import subprocess
 import sys
 import time
 import urllib.request
@@ -66,16 +65,11 @@ from tests.e2e.controlplane import (
     ROOT,
     ControlPlane,
     Process,
-    StartupError,
     bin_dir,
     free_port,
-    load_yaml,
-    module_dir,
 )
 
 PROVIDERS = ("provider-helm", "provider-kubernetes")
-MODULES = ROOT / "tests" / "tools" / "providers"
-PROVIDER_KUBERNETES_MODULE = "github.com/crossplane-contrib/provider-kubernetes"
 CHARTS_SERVER = "charts-server"
 NEBIUS_IAM = "nebius-iam"
 # gosdk v0.2.29: "tokens.iam" (services/nebius/iam/v1/token_exchange_service.sdk.go) + ".{domain}"
@@ -107,40 +101,6 @@ def provider_binaries() -> dict[str, Path]:
         raise FileNotFoundError(
             "providers not built: " + ", ".join(missing) + "; run `make e2e-tools`"
         )
-    return found
-
-
-def provider_kubernetes_dir() -> Path:
-    """provider-kubernetes' module in Go's module cache, at the wrapper's version (downloaded if
-    the cache lost it)."""
-    version = next(
-        line.split()[2]
-        for line in (MODULES / "kubernetes" / "go.mod").read_text().splitlines()
-        if line.split()[:2] == ["require", PROVIDER_KUBERNETES_MODULE]
-    )
-    cache = subprocess.run(
-        ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True, timeout=60
-    ).stdout.strip()
-    folder = Path(cache) / f"{PROVIDER_KUBERNETES_MODULE}@{version}"
-    if folder.is_dir():
-        return folder
-    return module_dir(PROVIDER_KUBERNETES_MODULE, version, MODULES / "kubernetes")
-
-
-def usage_crds() -> list[Path]:
-    """The ProviderConfigUsage CRDs of both providers' packages (package/crds at their tags), which
-    ../shared/crds leaves out (its SOURCES.md: "Left out on purpose (not needed)") but the real
-    providers need: their ProviderConfig controllers are gated on them (config.go SetupGated) and
-    every managed resource's Connect records a usage (crossplane-runtime ProviderConfigUsageTracker).
-    provider-kubernetes' from its module (the pinned wrapper's, in Go's module cache);
-    provider-helm's from the vendored source (tests/tools/providers/helm/SOURCE)."""
-    kubernetes = provider_kubernetes_dir() / "package" / "crds"
-    helm = MODULES / "helm" / "provider-helm" / "package" / "crds"
-    found = sorted(kubernetes.glob("*_providerconfigusages.yaml")) + sorted(
-        helm.glob("*_providerconfigusages.yaml")
-    )
-    if len(found) != 4:
-        raise StartupError(f"expected 4 ProviderConfigUsage CRDs, found {[str(p) for p in found]}")
     return found
 
 
@@ -244,7 +204,6 @@ class Providers:
             bins = provider_binaries()
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir.mkdir(parents=True)
-            self._step("crds", self._install_crds)
             self._step(CHARTS_SERVER, self._charts_server)
             self._step(NEBIUS_IAM, lambda: self._nebius_iam(bins[NEBIUS_IAM]))
             self._step("hosts", self._hosts)
@@ -287,17 +246,6 @@ class Providers:
         proc = self.cp.spawn(name, argv, env)
         self.processes.append(proc)
         return proc
-
-    def _install_crds(self) -> None:
-        """The usage CRDs the control plane lacks (the others come from ../shared/crds)."""
-        assert self.cp.kube is not None
-        have = {
-            c["metadata"]["name"]
-            for c in self.cp.kube.list("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-        }
-        crds = [c for c in load_yaml(usage_crds()) if c["metadata"]["name"] not in have]
-        self.cp.apply_all(crds)
-        self.cp.wait_established([c["metadata"]["name"] for c in crds], self.timeout)
 
     def _charts_server(self) -> None:
         folder = self.workdir / "charts"

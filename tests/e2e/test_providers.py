@@ -15,7 +15,6 @@ become Established without a pod).
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import subprocess
@@ -29,7 +28,7 @@ import yaml
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from tests.charts import UNCHECKED, converged_examples, releases
+from tests.charts import UNCHECKED, converged, converged_examples, releases
 from tests.conftest import crds_dir
 from tests.e2e import charts_server
 from tests.e2e.controlplane import (
@@ -38,7 +37,9 @@ from tests.e2e.controlplane import (
     StartupError,
     binaries,
     kubeconfig_text,
+    module_dir,
     provider_crds,
+    required_version,
 )
 from tests.e2e.kube import ApiError, Kube, condition, wait_for
 from tests.e2e.providers import (
@@ -54,7 +55,6 @@ from tests.e2e.providers import (
     namespace_env,
     private_tmp,
     provider_binaries,
-    usage_crds,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,8 +86,91 @@ def test_every_release_the_function_composes_is_served():
     assert "registry-1.docker.io" in hosts  # what oras-go dials for docker.io
 
 
+PROVIDER_HELM_MODULE = "github.com/crossplane-contrib/provider-helm"
+CONFIGURATION = ROOT / "package" / "configuration" / "crossplane.yaml"
+
+
+def _unknown_fields(value, schema: dict, path: str) -> list[str]:
+    """The paths in value that schema (an OpenAPI v3 schema of a CRD) does not declare."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        if props is None:
+            return []  # a map (additionalProperties) or free-form object
+        return [
+            bad
+            for key, inner in value.items()
+            for bad in (
+                _unknown_fields(inner, props[key], f"{path}.{key}")
+                if key in props
+                else [f"{path}.{key}"]
+            )
+        ]
+    if isinstance(value, list):
+        items = schema.get("items") or {}
+        return [b for i, v in enumerate(value) for b in _unknown_fields(v, items, f"{path}[{i}]")]
+    return []
+
+
+def _proved_helm_crd(kind: str) -> dict:
+    """The v1beta1 spec schema of a helm.m kind as the provider-helm the e2e runs declares it
+    (its module's package/crds, read in place)."""
+    version = required_version(ROOT / "tests/tools/providers/helm/go.mod", PROVIDER_HELM_MODULE)
+    folder = module_dir(PROVIDER_HELM_MODULE, version, ROOT / "tests/tools/providers/helm")
+    crd = yaml.safe_load((folder / f"package/crds/helm.m.crossplane.io_{kind}.yaml").read_text())
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
+    return served["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def test_releases_need_nothing_the_proved_provider_helm_lacks():
+    """The e2e runs provider-helm v1.3.0 (the newest the Go module proxy serves whole); every
+    Release the function composes uses only fields its Release CRD declares, nothing of v1.4.0
+    (forProvider.ssaForceConflicts), so what the e2e proves holds for the Release as composed."""
+    spec = _proved_helm_crd("releases")
+    assert "ssaForceConflicts" not in spec["properties"]["forProvider"]["properties"]
+    composed = [r for example in converged_examples() for r in releases(example)]
+    assert composed
+    unknown = {b for r in composed for b in _unknown_fields(r["spec"], spec, "spec")}
+    assert not unknown, sorted(unknown)
+    assert _unknown_fields({"forProvider": {"ssaForceConflicts": True}}, spec, "spec")
+
+
+def test_the_configuration_needs_provider_helm_v1_4_for_nebius():
+    """Why the Configuration depends on v1.4.0 and not on the v1.3.0 the e2e runs: v1.3.0's
+    ClusterProviderConfig has no NebiusServiceAccountCredentials identity (v1.4.0 links
+    provider-kubernetes v1.3.x's client, which added it), and a Nebius cluster's helm
+    ClusterProviderConfig needs it. Every other ProviderConfig would do with v1.3.0."""
+    types = _proved_helm_crd("clusterproviderconfigs")["properties"]["identity"]["properties"]
+    proved = set(types["type"]["enum"])
+    shared = yaml.safe_load(
+        (
+            Path(os.environ.get("CRDS_DIR") or crds_dir())
+            / "provider-helm"
+            / "helm.m.crossplane.io_clusterproviderconfigs.yaml"
+        ).read_text()
+    )
+    (v1beta1,) = [v for v in shared["spec"]["versions"] if v["name"] == "v1beta1"]
+    shared_identity = v1beta1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert (
+        "NebiusServiceAccountCredentials"
+        in shared_identity["identity"]["properties"]["type"]["enum"]
+    )
+    needs = {
+        (example, identity["type"])
+        for example in converged_examples()
+        for d in converged(example)
+        if d["apiVersion"].startswith("helm.m.") and d["kind"] == "ClusterProviderConfig"
+        for identity in [d["spec"].get("identity")]
+        if identity and identity["type"] not in proved
+    }
+    assert needs == {("nebius", "NebiusServiceAccountCredentials")}
+    deps = yaml.safe_load(CONFIGURATION.read_text())["spec"]["dependsOn"]
+    assert [d["version"] for d in deps if d["package"].endswith("/provider-helm")] == ["v1.4.0"]
+
+
 def test_every_served_chart_pulls_with_the_real_helm_by_its_hostname(tmp_path):
-    """The real Helm CLI (v4.2.3, what provider-helm links), in the providers' namespace setup,
+    """The real Helm CLI (v3.21.1, what provider-helm v1.3.0 links), in the providers' namespace setup,
     pulls every served chart as its Release names it, byte for byte the archive packaged; the
     chart that is not served is not found."""
     server, info = charts_server.serve(tmp_path / "charts")
@@ -130,45 +213,20 @@ def test_every_served_chart_pulls_with_the_real_helm_by_its_hostname(tmp_path):
     assert hosts_asked == set(info["hostnames"]) - {"docker.io"}  # oras-go dials registry-1
 
 
-def _git_blob(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
-
-
-def test_vendored_provider_helm_is_its_tag():
-    """tests/tools/providers/helm/provider-helm holds exactly the files SOURCE lists, each the
-    blob of tag v1.4.0 (the module proxy does not serve that version's zip)."""
-    module = ROOT / "tests" / "tools" / "providers" / "helm"
-    listed = {}
-    for line in (module / "SOURCE").read_text().splitlines():
-        if line and not line.startswith("#"):
-            meta, path = line.split("\t")
-            listed[path] = meta.split()[2]
-    tree = module / "provider-helm"
-    present = {str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file()}
-    assert present == set(listed)
-    changed = [p for p, blob in listed.items() if _git_blob((tree / p).read_bytes()) != blob]
-    assert not changed
-
-
 def test_the_management_control_plane_serves_the_providers_crds():
-    """The project's control plane installs the provider CRDs of ../shared/crds (every kind the
-    function composes for them), and Providers adds the ProviderConfigUsage CRDs they need."""
-    names = {
-        yaml.safe_load(p.read_text())["metadata"]["name"]
-        for p in provider_crds(Path(os.environ.get("CRDS_DIR") or crds_dir()))
-    }
-    for plural in ("releases", "providerconfigs", "clusterproviderconfigs"):
+    """The project's control plane installs the provider CRDs of ../shared/crds: every kind the
+    function composes for them, and the ProviderConfigUsage CRDs the real providers need (their
+    ProviderConfig controllers are gated on them, config.go SetupGated, and every managed
+    resource's Connect records a usage), read there and nowhere else."""
+    paths = provider_crds(Path(os.environ.get("CRDS_DIR") or crds_dir()))
+    names = {yaml.safe_load(p.read_text())["metadata"]["name"]: p for p in paths}
+    for plural in ("releases", "providerconfigs", "clusterproviderconfigs", "providerconfigusages"):
         assert f"{plural}.helm.m.crossplane.io" in names
-    for plural in ("objects", "providerconfigs", "clusterproviderconfigs"):
+    for plural in ("objects", "providerconfigs", "clusterproviderconfigs", "providerconfigusages"):
         assert f"{plural}.kubernetes.m.crossplane.io" in names
-    usages = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in usage_crds()}
-    assert usages == {
-        "providerconfigusages.helm.crossplane.io",
-        "providerconfigusages.helm.m.crossplane.io",
-        "providerconfigusages.kubernetes.crossplane.io",
-        "providerconfigusages.kubernetes.m.crossplane.io",
-    }
-    assert not usages & names  # so they come from the providers' packages, not ../shared/crds
+    for group in ("helm", "kubernetes"):
+        usage = names[f"providerconfigusages.{group}.crossplane.io"]
+        assert usage.parent.name == f"provider-{group}"
 
 
 # --- The providers running. -----------------------------------------------------------------------

@@ -2,17 +2,18 @@
 pools with the COS driver installer, pools sized as GKE counts nodes, upgrades, shapes."""
 
 import copy
-from pathlib import Path
 
 import pytest
+import yaml
 
 from function import clusters, names
-from function.clusters import gke
+from function.clusters import gke, gke_driver
 from function.clusters.base import Scaling
 from function.compose import compose_cluster
 from function.inputs import Inputs, Observed, resolve_classes
 from function.models import InferenceCluster
 from tests.builders import all_classes, example, provider_configs
+from tests.charts import charts_dir
 from tests.unit import sim
 from tests.unit.sim import reported
 
@@ -244,14 +245,36 @@ def test_gpu_pools_follow_gkes_dra_guide():
     assert "guestAccelerator" not in system and "gvnic" not in system
 
 
-SHARED_INSTALLER = (
-    Path(__file__).parents[2].parent
-    / "shared/charts/manifests/gke-nvidia-driver-installer-cos/daemonset-preloaded.yaml"
-)
+SHARED_INSTALLER = "manifests/gke-nvidia-driver-installer-cos/daemonset-preloaded.yaml"
+
+
+def _what_matters(daemonset: dict) -> dict:
+    """What decides where the installer runs and what it does to the host."""
+    pod = daemonset["spec"]["template"]["spec"]
+    containers = pod["initContainers"] + pod["containers"]
+    return {
+        "images": [(c["name"], c["image"], c.get("imagePullPolicy")) for c in containers],
+        "host paths": {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]},
+        "mounts": [
+            sorted((m["name"], m["mountPath"]) for m in c.get("volumeMounts", []))
+            for c in containers
+        ],
+        "env": [c.get("env") for c in containers],
+        "privileged": [c.get("securityContext") for c in containers],
+        "affinity": pod["affinity"],
+        "tolerations": pod["tolerations"],
+        "priority": pod["priorityClassName"],
+        "host": (pod["hostNetwork"], pod["hostPID"]),
+        "name": (daemonset["metadata"]["name"], daemonset["metadata"]["namespace"]),
+    }
 
 
 def test_the_cos_driver_installer_is_the_documented_daemonset_tolerating_the_gpu_taint():
-    assert gke.DRIVER_INSTALLER.read_bytes() == SHARED_INSTALLER.read_bytes()
+    """The function builds the installer itself; Google's manifest (../shared, the only copy)
+    decides image, host paths, node affinity, tolerations and priority class."""
+    reference = yaml.safe_load((charts_dir() / SHARED_INSTALLER).read_text())
+    assert _what_matters(gke_driver.daemonset()) == _what_matters(reference)
+    assert gke.NVIDIA_DRIVER_ROOT in _what_matters(reference)["host paths"].values()
     _, _, out = converge()
     installer = out.resources["nvidia-driver-installer"].body["spec"]
     manifest = installer["forProvider"]["manifest"]
