@@ -5,7 +5,7 @@ for a moment (a class deleted, a requirement not answered yet, a source not buil
 already observed is returned again as it is, so only a change of spec can remove a resource.
 """
 
-from function import clusters, serving, status, usages
+from function import clusters, forcenew, serving, status, usages
 from function.clusters.base import as_desired
 from function.inputs import (
     Classes,
@@ -71,6 +71,8 @@ def compose_cluster(
         serving.components(xr.spec.stack, xr.spec.cluster.source),
         resources,
     )
+    # What runs keeps the fields its provider cannot change in place (a new release, a new class).
+    resources, kept = forcenew.keep_live(resources, observed)
     complete = cluster.complete and inputs.classes.complete
     if not complete:
         resources = {**carry_forward(observed, resources), **resources}
@@ -86,7 +88,7 @@ def compose_cluster(
             Condition("BackendReady", stack.ready, stack.reason, stack.message),
             classes_condition(inputs.classes),
         ],
-        results=cluster.results + stack.results + class_results(xr, inputs.classes),
+        results=cluster.results + stack.results + kept + class_results(xr, inputs.classes),
         requirements=wanted,
         schemas=wanted_schemas,
         ready=None if complete and cluster.ready and installed else False,

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.sim.providers import World
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -34,3 +36,42 @@ def ready(body: dict) -> dict:
         {"type": "Ready", "status": "True", "reason": "Available"}
     ]
     return out
+
+
+def provider_config(xr: dict) -> dict | None:
+    """The cloud ProviderConfig GKE and Nebius read, as the credentials name it."""
+    source = xr["spec"]["cluster"]["source"]
+    group = {"GKE": "gcp.m.upbound.io", "Nebius": "nebius.m.upbound.io"}.get(source)
+    if group is None:
+        return None
+    creds = xr["spec"]["cluster"][source.lower()].get("credentials", {})
+    kind = creds.get("type", "ClusterProviderConfig")
+    meta = {"name": creds.get("name", "default")}
+    if kind == "ProviderConfig":
+        meta["namespace"] = "modelplane-system"
+    return {
+        "apiVersion": f"{group}/v1beta1",
+        "kind": kind,
+        "metadata": meta,
+        "spec": {
+            "projectID": "project-e00generated",
+            "credentials": {
+                "source": "Secret",
+                "secretRef": {"namespace": "crossplane-system", "name": "cloud", "key": "creds"},
+            },
+        },
+    }
+
+
+def world_for(xr: dict) -> World:
+    """Every Capacity Block a pool names exists, in the pool's zone."""
+    reservations = {
+        p["capacityBlock"]["capacityReservationId"]: {
+            "availabilityZone": p["zones"][0],
+            "instanceType": "p5en.48xlarge",
+            "instanceCount": 64,
+        }
+        for p in xr["spec"].get("nodePools", [])
+        if "capacityBlock" in p
+    }
+    return World(capacity_reservations=reservations)

@@ -24,9 +24,10 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from hypothesis import HealthCheck, given, settings
 
 from function.fn import FunctionRunner
+from tests.builders import provider_config, world_for
 from tests.charts import converged, converged_examples
 from tests.conftest import ROOT
-from tests.sim.providers import World, observe
+from tests.sim.providers import observe
 from tests.sim.workload import inference_gateway
 from tests.strategies import clusters
 from tests.validation import activated, managed_resource_definitions, validate_everything
@@ -55,31 +56,6 @@ def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     return RUNNER.RunFunction(req)
 
 
-def provider_config(xr: dict) -> dict | None:
-    """The cloud ProviderConfig GKE and Nebius read, as the credentials name it."""
-    source = xr["spec"]["cluster"]["source"]
-    group = {"GKE": "gcp.m.upbound.io", "Nebius": "nebius.m.upbound.io"}.get(source)
-    if group is None:
-        return None
-    creds = xr["spec"]["cluster"][source.lower()].get("credentials", {})
-    kind = creds.get("type", "ClusterProviderConfig")
-    meta = {"name": creds.get("name", "default")}
-    if kind == "ProviderConfig":
-        meta["namespace"] = "modelplane-system"
-    return {
-        "apiVersion": f"{group}/v1beta1",
-        "kind": kind,
-        "metadata": meta,
-        "spec": {
-            "projectID": "project-e00generated",
-            "credentials": {
-                "source": "Secret",
-                "secretRef": {"namespace": "crossplane-system", "name": "cloud", "key": "creds"},
-            },
-        },
-    }
-
-
 def request(
     xr: dict, classes: list[dict], observed: dict[str, dict], status: dict
 ) -> fnv1.RunFunctionRequest:
@@ -103,20 +79,6 @@ def request(
     for key, seen in observed.items():
         req.observed.resources[key].resource.update(seen)
     return req
-
-
-def world_for(xr: dict) -> World:
-    """Every Capacity Block a pool names exists, in the pool's zone."""
-    reservations = {
-        p["capacityBlock"]["capacityReservationId"]: {
-            "availabilityZone": p["zones"][0],
-            "instanceType": "p5en.48xlarge",
-            "instanceCount": 64,
-        }
-        for p in xr["spec"].get("nodePools", [])
-        if "capacityBlock" in p
-    }
-    return World(capacity_reservations=reservations)
 
 
 def serialized(rsp: fnv1.RunFunctionResponse) -> bytes:

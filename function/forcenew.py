@@ -1,0 +1,438 @@
+"""Never replace what runs: what a provider cannot change in place stays as it is live.
+
+Crossplane runs one function release for every XR it serves, so a new release reconciles every live
+cluster within a minute. A field the provider cannot change in place (Terraform `ForceNew` or
+`RequiresReplace`, or a field its Update never sends) is either refused by upjet ("refuse to update
+the external resource because the following update requires replacing it": the resource stays
+Synced=False and takes no other update either) or silently never applied. So once a resource is
+observed, a release keeps each such field at the value the live resource has and says so: the XR
+gets a Warning naming the resource, what differs and how an operator moves to the new value. New
+resources take the new value.
+
+One table, per composed kind, of the fields the function sets that cannot change in place, each
+with its source (the Terraform provider each upjet provider pins, at that version). Only
+`spec.forProvider` is listed: upjet sends `spec.initProvider` at creation only and drops later
+changes to it (filterInitExclusiveDiffs, ignore_changes), so those can never replace anything.
+"""
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from function.inputs import Observed
+from function.output import Desired, Result
+
+TF_GOOGLE = "terraform-provider-google v7.39.0 (provider-upjet-gcp v3.0.0)"
+TF_AWS = "terraform-provider-aws v6.34.0 (provider-upjet-aws v2.6.0)"
+TF_AZURE = "terraform-provider-azurerm v4.80.0 (provider-upjet-azure v2.7.0)"
+TF_NEBIUS = "terraform-provider-nebius v0.6.22 (provider-upjet-nebius v1.0.1), RequiresReplace"
+TF_VULTR = "terraform-provider-vultr v2.32.0 (provider-upjet-vultr)"
+RECREATE = "delete it and the function creates it again with the new value"
+NODES_GO = "delete it (its nodes and the pods on them go) and the function creates it again"
+
+
+@dataclass(frozen=True)
+class Frozen:
+    """A field under spec.forProvider its provider cannot change in place."""
+
+    path: tuple[str, ...]
+    source: str
+    move: str = RECREATE
+    # Only these changes replace (live, new) -> bool; None: every change.
+    replaces: Callable[[Any, Any], bool] | None = None
+
+
+def _frozen(source: str, *paths: str, move: str = RECREATE, replaces=None) -> tuple[Frozen, ...]:
+    return tuple(Frozen(tuple(p.split(".")), source, move, replaces) for p in paths)
+
+
+def _os_family(sku: Any) -> str:
+    """AKS moves a pool between Ubuntu and AzureLinux SKUs in place, nothing else."""
+    text = str(sku or "")
+    return "linux" if text.startswith(("Ubuntu", "AzureLinux")) else text
+
+
+GCP_DRA_MOVE = (
+    "delete the NodePool (its nodes go, and GKE's driver with them); the function creates it "
+    "again as a DRA pool (INSTALLATION_DISABLED, the COS installer and the NVIDIA DRA driver)"
+)
+
+# (API group, kind) -> the fields that cannot change in place.
+FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
+    # --- GCP: hashicorp/terraform-provider-google v7.39.0 ---------------------------------------
+    ("cloudplatform.gcp.m.upbound.io", "ProjectIAMMember"): _frozen(
+        f"{TF_GOOGLE}: google_project_iam_member has no update (member, project, role ForceNew)",
+        "member",
+        "project",
+        "role",
+    ),
+    ("cloudplatform.gcp.m.upbound.io", "ProjectService"): _frozen(
+        f"{TF_GOOGLE}: resource_google_project_service.go project, service ForceNew",
+        "project",
+        "service",
+    ),
+    ("cloudplatform.gcp.m.upbound.io", "ServiceAccount"): _frozen(
+        f"{TF_GOOGLE}: resource_google_service_account.go project ForceNew", "project"
+    ),
+    ("cloudplatform.gcp.m.upbound.io", "ServiceAccountKey"): _frozen(
+        f"{TF_GOOGLE}: resource_google_service_account_key.go private_key_type, "
+        "service_account_id ForceNew",
+        "privateKeyType",
+        "serviceAccountIdRef",
+    ),
+    ("compute.gcp.m.upbound.io", "Network"): _frozen(
+        f"{TF_GOOGLE}: resource_compute_network.go auto_create_subnetworks ForceNew",
+        "autoCreateSubnetworks",
+    ),
+    ("compute.gcp.m.upbound.io", "Router"): _frozen(
+        f"{TF_GOOGLE}: resource_compute_router.go network, region ForceNew",
+        "networkRef",
+        "region",
+    ),
+    ("compute.gcp.m.upbound.io", "RouterNAT"): _frozen(
+        f"{TF_GOOGLE}: resource_compute_router_nat.go region, router ForceNew",
+        "region",
+        "routerRef",
+    ),
+    ("compute.gcp.m.upbound.io", "Subnetwork"): _frozen(
+        f"{TF_GOOGLE}: resource_compute_subnetwork.go network, region ForceNew; ip_cidr_range "
+        "ForceNewIfChange unless the new range contains the old",
+        "ipCidrRange",
+        "networkRef",
+        "region",
+    ),
+    ("container.gcp.m.upbound.io", "Cluster"): _frozen(
+        f"{TF_GOOGLE}: resource_container_cluster.go initial_node_count, location, network, "
+        "networking_mode, subnetwork, ip_allocation_policy secondary range names, "
+        "private_cluster_config.master_ipv4_cidr_block ForceNew",
+        "initialNodeCount",
+        "ipAllocationPolicy.clusterSecondaryRangeName",
+        "ipAllocationPolicy.servicesSecondaryRangeName",
+        "location",
+        "networkRef",
+        "networkingMode",
+        "privateClusterConfig.masterIpv4CidrBlock",
+        "subnetworkRef",
+        move="the cluster cannot move: create another InferenceCluster and move the workloads",
+    ),
+    ("container.gcp.m.upbound.io", "NodePool"): (
+        *_frozen(
+            f"{TF_GOOGLE}: resource_container_node_pool.go cluster, location ForceNew; "
+            "node_config.go oauth_scopes ForceNew",
+            "clusterRef",
+            "location",
+            "nodeConfig.oauthScopes",
+            move=NODES_GO,
+        ),
+        *_frozen(
+            f"{TF_GOOGLE}: node_config.go guest_accelerator ForceNew, and every attribute under "
+            "it (count, type, gpu_driver_installation_config)",
+            "nodeConfig.guestAccelerator",
+            move=GCP_DRA_MOVE,
+        ),
+    ),
+    # --- AWS: terraform-provider-aws v6.34.0 (every regional resource: region ForceNew) ---------
+    **{
+        ("ec2.aws.m.upbound.io", kind): _frozen(f"{TF_AWS}: region ForceNew", "region")
+        for kind in ("CapacityReservation", "InternetGateway")
+    },
+    ("ec2.aws.m.upbound.io", "EIP"): _frozen(
+        f"{TF_AWS}: ec2_eip.go domain ForceNew", "domain", "region"
+    ),
+    ("ec2.aws.m.upbound.io", "LaunchTemplate"): _frozen(
+        f"{TF_AWS}: ec2_launch_template.go name ForceNew (its data makes new versions)",
+        "name",
+        "region",
+    ),
+    ("ec2.aws.m.upbound.io", "NATGateway"): _frozen(
+        f"{TF_AWS}: vpc_nat_gateway.go allocation_id, connectivity_type, subnet_id ForceNew",
+        "allocationIdRef",
+        "connectivityType",
+        "region",
+        "subnetIdRef",
+    ),
+    ("ec2.aws.m.upbound.io", "Route"): _frozen(
+        f"{TF_AWS}: vpc_route.go destination_cidr_block, route_table_id ForceNew",
+        "destinationCidrBlock",
+        "region",
+        "routeTableIdRef",
+    ),
+    ("ec2.aws.m.upbound.io", "RouteTable"): _frozen(
+        f"{TF_AWS}: vpc_route_table.go vpc_id ForceNew", "region", "vpcIdRef"
+    ),
+    ("ec2.aws.m.upbound.io", "RouteTableAssociation"): _frozen(
+        f"{TF_AWS}: vpc_route_table_association.go subnet_id ForceNew", "region", "subnetIdRef"
+    ),
+    ("ec2.aws.m.upbound.io", "SecurityGroup"): _frozen(
+        f"{TF_AWS}: vpc_security_group.go description, name, vpc_id ForceNew",
+        "description",
+        "name",
+        "region",
+        "vpcIdRef",
+    ),
+    **{
+        ("ec2.aws.m.upbound.io", kind): _frozen(
+            f"{TF_AWS}: vpc_security_group_ingress_rule.go security_group_id RequiresReplace",
+            "region",
+            "securityGroupIdRef",
+        )
+        for kind in ("SecurityGroupEgressRule", "SecurityGroupIngressRule")
+    },
+    ("ec2.aws.m.upbound.io", "Subnet"): _frozen(
+        f"{TF_AWS}: vpc_subnet.go availability_zone, cidr_block, vpc_id ForceNew",
+        "availabilityZone",
+        "cidrBlock",
+        "region",
+        "vpcIdRef",
+    ),
+    ("ec2.aws.m.upbound.io", "VPC"): _frozen(
+        f"{TF_AWS}: vpc_.go cidr_block ForceNew", "cidrBlock", "region"
+    ),
+    ("efs.aws.m.upbound.io", "FileSystem"): _frozen(
+        f"{TF_AWS}: efs/file_system.go creation_token, encrypted, performance_mode ForceNew",
+        "creationToken",
+        "encrypted",
+        "performanceMode",
+        "region",
+        move="delete it (the model caches on it go) and the function creates it again",
+    ),
+    ("efs.aws.m.upbound.io", "MountTarget"): _frozen(
+        f"{TF_AWS}: efs/mount_target.go file_system_id, subnet_id ForceNew",
+        "fileSystemIdRef",
+        "region",
+        "subnetIdRef",
+    ),
+    ("eks.aws.m.upbound.io", "Addon"): _frozen(
+        f"{TF_AWS}: eks/addon.go addon_name, cluster_name ForceNew",
+        "addonName",
+        "clusterNameRef",
+        "region",
+    ),
+    ("eks.aws.m.upbound.io", "Cluster"): _frozen(
+        f"{TF_AWS}: eks/cluster.go role_arn, access_config.bootstrap_cluster_creator_admin_"
+        "permissions ForceNew",
+        "accessConfig.bootstrapClusterCreatorAdminPermissions",
+        "region",
+        "roleArnRef",
+        move="the cluster cannot be replaced in place: create another InferenceCluster",
+    ),
+    ("eks.aws.m.upbound.io", "NodeGroup"): _frozen(
+        f"{TF_AWS}: eks/node_group.go ami_type, capacity_type, cluster_name, disk_size, "
+        "instance_types, launch_template.name, node_role_arn, subnet_ids ForceNew",
+        "amiType",
+        "capacityType",
+        "clusterNameRef",
+        "diskSize",
+        "instanceTypes",
+        "launchTemplate.name",
+        "nodeRoleArnRef",
+        "region",
+        "subnetIdRefs",
+        move=NODES_GO,
+    ),
+    ("eks.aws.m.upbound.io", "PodIdentityAssociation"): _frozen(
+        f"{TF_AWS}: eks/pod_identity_association.go cluster_name, namespace, service_account "
+        "RequiresReplace",
+        "clusterNameRef",
+        "namespace",
+        "region",
+        "serviceAccount",
+    ),
+    ("iam.aws.m.upbound.io", "RolePolicyAttachment"): _frozen(
+        f"{TF_AWS}: iam/role_policy_attachment.go has no update (policy_arn, role ForceNew)",
+        "policyArn",
+        "policyArnRef",
+        "roleRef",
+    ),
+    # --- Azure: terraform-provider-azurerm v4.80.0 ----------------------------------------------
+    ("authorization.azure.m.upbound.io", "RoleAssignment"): _frozen(
+        f"{TF_AZURE}: role_assignment_resource.go has no update (every argument ForceNew)",
+        "name",
+        "principalId",
+        "principalType",
+        "roleDefinitionName",
+        "scope",
+    ),
+    ("azure.m.upbound.io", "ResourceGroup"): _frozen(
+        f"{TF_AZURE}: resource_group_resource.go location ForceNew",
+        "location",
+        move="the resource group cannot move: create another InferenceCluster",
+    ),
+    ("network.azure.m.upbound.io", "VirtualNetwork"): _frozen(
+        f"{TF_AZURE}: virtual_network_resource.go location, resource_group_name ForceNew",
+        "location",
+        "resourceGroupNameRef",
+    ),
+    ("network.azure.m.upbound.io", "Subnet"): _frozen(
+        f"{TF_AZURE}: subnet_resource.go resource_group_name, virtual_network_name ForceNew",
+        "resourceGroupNameRef",
+        "virtualNetworkNameRef",
+    ),
+    ("containerservice.azure.m.upbound.io", "KubernetesCluster"): (
+        *_frozen(
+            f"{TF_AZURE}: kubernetes_cluster_resource.go dns_prefix, location, "
+            "node_resource_group, resource_group_name, network_profile dns_service_ip, "
+            "load_balancer_sku, service_cidr ForceNew; CustomizeDiff: default_node_pool.name, "
+            "network_plugin, network_plugin_mode, pod_cidr",
+            "defaultNodePool.name",
+            "dnsPrefix",
+            "location",
+            "nodeResourceGroup",
+            "resourceGroupNameRef",
+            "networkProfile.dnsServiceIp",
+            "networkProfile.loadBalancerSku",
+            "networkProfile.serviceCidr",
+            "networkProfile.networkPlugin",
+            "networkProfile.networkPluginMode",
+            "networkProfile.podCidr",
+            move="the cluster cannot be replaced in place: create another InferenceCluster",
+        ),
+        *_frozen(
+            f"{TF_AZURE}: kubernetes_cluster_resource.go CustomizeDiff ForceNewIfChange "
+            "oidc_issuer_enabled (true to false only)",
+            "oidcIssuerEnabled",
+            move="the cluster cannot be replaced in place: create another InferenceCluster",
+            replaces=lambda live, new: live is True and new is not True,
+        ),
+    ),
+    ("containerservice.azure.m.upbound.io", "KubernetesClusterNodePool"): (
+        *_frozen(
+            f"{TF_AZURE}: kubernetes_cluster_node_pool_resource.go gpu_driver, "
+            "kubernetes_cluster_id ForceNew",
+            "gpuDriver",
+            "kubernetesClusterIdRef",
+            move=NODES_GO,
+        ),
+        *_frozen(
+            f"{TF_AZURE}: kubernetes_cluster_node_pool_resource.go CustomizeDiff os_sku "
+            "(in place only between Ubuntu and AzureLinux SKUs)",
+            "osSku",
+            move=NODES_GO,
+            replaces=lambda live, new: _os_family(live) != _os_family(new),
+        ),
+        # Not ForceNew, but changed only by cycling the pool through temporary_name_for_rotation,
+        # which the function does not set on agent pools (a second set of GPU nodes): without it
+        # the update fails ("temporary_name_for_rotation must be specified").
+        *_frozen(
+            f"{TF_AZURE}: kubernetes_cluster_node_pool_resource.go update cycles the pool for "
+            "vm_size, os_disk_size_gb, zones, vnet_subnet_id (needs temporary_name_for_rotation)",
+            "vmSize",
+            "osDiskSizeGb",
+            "zones",
+            "vnetSubnetIdRef",
+            move=NODES_GO,
+        ),
+    ),
+    # --- Nebius: terraform-provider-nebius v0.6.22 (RequiresReplace) -----------------------------
+    ("compute.nebius.m.upbound.io", "Filesystem"): _frozen(
+        f"{TF_NEBIUS}: compute/v1 filesystem type", "type"
+    ),
+    ("compute.nebius.m.upbound.io", "GpuCluster"): _frozen(
+        f"{TF_NEBIUS}: compute/v1 gpu_cluster infiniband_fabric", "infinibandFabric"
+    ),
+    ("mk8s.nebius.m.upbound.io", "Cluster"): _frozen(
+        f"{TF_NEBIUS}: mk8s/v1 cluster control_plane.subnet_id",
+        "controlPlane.subnetIdRef",
+        move="the cluster cannot move: create another InferenceCluster and move the workloads",
+    ),
+    ("mk8s.nebius.m.upbound.io", "NodeGroup"): _frozen(
+        f"{TF_NEBIUS}: mk8s/v1 node_group parent_id", "parentIdRef", move=NODES_GO
+    ),
+    # --- Vultr: terraform-provider-vultr v2.32.0 ----------------------------------------------
+    ("vke.vultr.m.upbound.io", "Kubernetes"): _frozen(
+        f"{TF_VULTR}: vultr/vke.go ha_controlplanes, region ForceNew",
+        "haControlplanes",
+        "region",
+        move="the cluster cannot move: create another InferenceCluster and move the workloads",
+    ),
+    ("vke.vultr.m.upbound.io", "KubernetesNodePool"): (
+        *_frozen(f"{TF_VULTR}: vultr/vke.go cluster_id ForceNew", "clusterIdRef", move=NODES_GO),
+        # Not ForceNew, but the provider's Update never sends them (the Vultr API's node pool
+        # update has no plan or label): a change would never be applied and stay a diff for ever.
+        *_frozen(
+            f"{TF_VULTR}: resource_vultr_kubernetes_nodepools.go Update sends neither plan nor "
+            "label",
+            "plan",
+            "label",
+            move=NODES_GO,
+        ),
+    ),
+}
+
+_MISSING = object()
+
+
+def _at(node: Any, path: tuple[str, ...]) -> Any:
+    """The value at path (dict keys only), or _MISSING."""
+    for step in path:
+        if not isinstance(node, dict) or step not in node:
+            return _MISSING
+        node = node[step]
+    return node
+
+
+def _value(found: Any) -> Any:
+    return None if found is _MISSING else found
+
+
+def _put(node: dict, path: tuple[str, ...], value: Any) -> None:
+    """Set (or, for _MISSING, remove) the value at path, making the dicts on the way."""
+    *parents, last = path
+    for step in parents:
+        node = node.setdefault(step, {})
+    if value is _MISSING:
+        node.pop(last, None)
+    else:
+        node[last] = copy.deepcopy(value)
+
+
+def _shown(value: Any, limit: int = 120) -> str:
+    if value is _MISSING:
+        return "unset"
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def keep_live(
+    resources: dict[str, Desired], observed: Observed
+) -> tuple[dict[str, Desired], list[Result]]:
+    """resources with every frozen field of an observed resource at its live value, and a
+    Warning for each field this release would have changed."""
+    kept = dict(resources)
+    results: list[Result] = []
+    for key, desired in resources.items():
+        body = desired.body
+        api_version, kind = body.get("apiVersion", ""), body.get("kind", "")
+        frozen = FORCE_NEW.get((api_version.split("/")[0], kind))
+        seen = observed.resources.get(key) if frozen else None
+        if seen is None or seen.get("kind") != kind:
+            continue
+        live_spec = seen.get("spec", "forProvider")
+        new_spec = body.get("spec", {}).get("forProvider", {})
+        changed: dict | None = None
+        for field in frozen:
+            live = _at(live_spec, field.path)
+            new = _at(new_spec, field.path)
+            if new == live or (new is _MISSING and live is None):
+                continue
+            if field.replaces is not None and not field.replaces(_value(live), _value(new)):
+                continue
+            if changed is None:
+                changed = copy.deepcopy(body)
+            _put(changed["spec"].setdefault("forProvider", {}), field.path, live)
+            name = body.get("metadata", {}).get("name", key)
+            results.append(
+                Result(
+                    "Warning",
+                    f"{kind} {name} ({key}): forProvider.{'.'.join(field.path)} stays "
+                    f"{_shown(live)} as the live resource has it; this release composes "
+                    f"{_shown(new)}, which cannot change in place ({field.source}). "
+                    f"To move to it: {field.move}",
+                    reason="KeptLiveField",
+                )
+            )
+        if changed is not None:
+            kept[key] = Desired(body=changed, ready=desired.ready)
+    return kept, results
