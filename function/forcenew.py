@@ -409,13 +409,14 @@ def keep_live(
         seen = observed.resources.get(key) if frozen else None
         if seen is None or seen.get("kind") != kind:
             continue
-        live_spec = seen.get("spec", "forProvider")
         new_spec = body.get("spec", {}).get("forProvider", {})
         changed: dict | None = None
         for field in frozen:
-            live = _at(live_spec, field.path)
+            # Only the frozen leaves of the live body are read (fn.py's resources read the wire).
+            found = seen.get("spec", "forProvider", *field.path)
+            live = _MISSING if found is None else found
             new = _at(new_spec, field.path)
-            if new == live or (new is _MISSING and live is None):
+            if new == live:
                 continue
             if field.replaces is not None and not field.replaces(_value(live), _value(new)):
                 continue

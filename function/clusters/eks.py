@@ -24,6 +24,7 @@ from function.clusters.base import (
 from function.clusters.facts import ClusterFacts
 from function.models import EKS
 from function.output import Result
+from function.serving.components import RESOURCE_KEYS
 from function.versions import (
     EKS_ADDONS,
     EKS_GPU_AMI,
@@ -63,6 +64,8 @@ class EKSCluster:
         self.version = settings.kubernetes_version
         self.cluster_name = cloud.name("eks", limit=100)
         self.tags = {"modelplane.ai/cluster": cloud.xr}
+        # IAM role -> the keys of the role, its policies and attachments.
+        self.identity: dict[str, list[str]] = {}
 
     def render(self) -> ClusterFacts:
         c = self.cloud
@@ -89,6 +92,7 @@ class EKSCluster:
         if efa:
             self.efa_dra_driver(provider_config)
         storage_class = self.storage_class(provider_config)
+        self.identities_outlive_their_users(node_groups)
         facts = c.facts(provider_config, storage_class)
         # The gateway's Service gets a Network Load Balancer from EKS's cloud provider, as the
         # EKS User Guide ("Route TCP and UDP traffic with Network Load Balancers") has it when
@@ -109,6 +113,7 @@ class EKSCluster:
     def role(self, key: str, trust: str, policies: dict[str, str]) -> None:
         """An IAM role and its policy attachments (attachment key suffix -> policy ARN)."""
         c = self.cloud
+        self.identity[key] = [f"iam-role-{key}", *(f"iam-attach-{key}-{s}" for s in policies)]
         c.managed(
             f"iam-role-{key}",
             IAM,
@@ -151,6 +156,10 @@ class EKSCluster:
             {"policy": self.autoscaler_policy(), "tags": self.tags},
         )
         self.role("cluster-autoscaler", pods, {})
+        self.identity["cluster-autoscaler"] += [
+            "iam-policy-cluster-autoscaler",
+            "iam-attach-cluster-autoscaler-policy",
+        ]
         c.managed(
             "iam-attach-cluster-autoscaler-policy",
             IAM,
@@ -161,6 +170,26 @@ class EKSCluster:
                 "roleRef": {"name": c.name("role", "cluster-autoscaler")},
             },
         )
+
+    def identities_outlive_their_users(self, node_groups: set[str]) -> None:
+        """Every IAM role, policy and attachment outlives what acts with it, so a deletion never
+        strands a resource that can no longer call AWS: the cluster role (AmazonEKSClusterPolicy)
+        is how EKS's in-tree cloud provider deletes the gateway's load balancer (EKS User Guide
+        cluster-iam-role; cloud-provider-aws), and without it the Service keeps its finalizer, the
+        load balancer watch waits for ever and the NAT gateways, EIPs, EFS and control plane keep
+        billing. The node role outlives the node groups; each Pod Identity role outlives its
+        association and what runs with it (the EFS CSI add-on, the cluster-autoscaler release)."""
+        users = {
+            "cluster": ["cluster", RESOURCE_KEYS["gateway-load-balancer"]],
+            "node": sorted(node_groups),
+            "efs-csi": ["pod-identity-efs-csi", "addon-aws-efs-csi-driver"],
+            "cluster-autoscaler": [
+                "pod-identity-cluster-autoscaler",
+                "release-cluster-autoscaler",
+            ],
+        }
+        for role, by in users.items():
+            self.cloud.outlives.extend((of, user) for of in self.identity[role] for user in by)
 
     def autoscaler_policy(self) -> str:
         """Least privilege: change only this cluster's node groups' Auto Scaling groups."""

@@ -400,7 +400,7 @@ def test_raising_each_eks_examples_version_moves_exactly_the_control_plane_then_
     world = World(capacity_reservations={RESERVATION: MATCHING})
     steps, final = upgrade(xr, classes, "1.37", world)
     groups = sorted(
-        k for k in final.resources if k.endswith("nodegroup") or k.startswith("nodegroup-")
+        k for k in final.resources if k == "system-nodegroup" or k.startswith("nodegroup-")
     )
     # 1.37 is not in the add-on table: the add-ons keep EKS's versions.
     assert steps == [{"cluster": "1.37"}, dict.fromkeys(groups, "1.37")]
@@ -416,7 +416,7 @@ def test_an_addon_with_no_known_version_for_the_new_minor_stays_and_says_so():
     addon["status"]["atProvider"]["addonVersion"] = "v1.36.2-eksbuild.1"
     seen.resources["cluster"].body["status"]["atProvider"]["version"] = "1.37"
     for key, resource in seen.resources.items():
-        if key.endswith("nodegroup") or key.startswith("nodegroup-"):
+        if key == "system-nodegroup" or key.startswith("nodegroup-"):
             resource.body["status"]["atProvider"]["version"] = "1.37"
     raised = copy.deepcopy(xr)
     raised["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.37"

@@ -132,8 +132,51 @@ def test_the_cluster_and_its_kubeconfig_outlive_every_stack_component():
     for key in stack:
         assert outlives(pairs, "cluster-auth", key), key
         assert outlives(pairs, "cluster", key), key
-    # What a cloud installs with its cluster dies with it (orphaned), in no order.
-    assert not any(by == "release-cluster-autoscaler" for _, by in pairs)
+    # What a cloud installs with its cluster dies with it (orphaned), waiting for nothing; only
+    # the IAM identity it acts with outlives it.
+    assert {of for of, by in pairs if by == "release-cluster-autoscaler"} == {
+        "iam-role-cluster-autoscaler",
+        "iam-policy-cluster-autoscaler",
+        "iam-attach-cluster-autoscaler-policy",
+    }
+    assert not any(of == "release-cluster-autoscaler" for of, _ in pairs)
+
+
+def test_every_eks_identity_outlives_what_acts_with_it():
+    """The cluster role deletes the gateway's load balancer (the in-tree cloud provider), so it
+    and its policy attachment outlive the cluster and the load balancer watch; the node role the
+    node groups; each Pod Identity role its association and what runs with it."""
+    _, out = converged("eks", world=CAPACITY)
+    pairs = order(out)
+    keys = set(out.resources)
+    node_groups = {k for k in keys if k == "system-nodegroup" or k.startswith("nodegroup-")}
+    assert len(node_groups) >= 2
+    users = {
+        ("iam-role-cluster", "iam-attach-cluster-eks"): {"cluster", "gateway-load-balancer"},
+        (
+            "iam-role-node",
+            "iam-attach-node-worker",
+            "iam-attach-node-cni",
+            "iam-attach-node-ecr",
+        ): node_groups,
+        ("iam-role-efs-csi", "iam-attach-efs-csi-efs"): {
+            "pod-identity-efs-csi",
+            "addon-aws-efs-csi-driver",
+        },
+        (
+            "iam-role-cluster-autoscaler",
+            "iam-policy-cluster-autoscaler",
+            "iam-attach-cluster-autoscaler-policy",
+        ): {"pod-identity-cluster-autoscaler", "release-cluster-autoscaler"},
+    }
+    for identities, by in users.items():
+        for identity in identities:
+            assert identity in keys
+            for user in by:
+                assert user in keys, user
+                assert (identity, user) in pairs, (identity, user)
+    # And so, through the chain, the cluster role outlives the whole stack on the cluster.
+    assert outlives(pairs, "iam-role-cluster", "release-envoy-gateway")
 
 
 def replica(name: str, namespace: str = "team-a") -> dict:
