@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from function import wire
+from function import clock, wire
 from function.output import Output
 
 MIB = 1 << 20
@@ -266,6 +266,8 @@ class Answer:
     ready: bool | None
     count: int  # desired resources, for the log
     parts: tuple[bytes, ...]  # the encoded answer (fn.encoded)
+    # The composition's comparisons with the wall clock (function/clock.py): kept while they hold.
+    clock: tuple = ()
 
 
 # Crossplane tags a request with a SHA-256 of the whole request, marshalled deterministically (its
@@ -292,7 +294,12 @@ def by_tag(req: wire.Request, handed: dict[str, tuple], make: Callable[[], Answe
         tuple(handed.items()),
         tuple(sorted(req.installed_schemas.items())),
     )
-    return TAGGED.get(key, make)
+    kept = TAGGED.find(key)
+    if kept is not None and clock.still(kept.clock):
+        return kept
+    answer = make()
+    TAGGED.put(key, answer)
+    return answer
 
 
 # --- compositions with what they were made from --------------------------------------------------
@@ -306,6 +313,8 @@ class Made:
     names: frozenset[str]  # the observed resources' names
     read: tuple[tuple[str, tuple | bytes], ...]  # what tells each observed resource read
     out: Output
+    # Every comparison with the wall clock and its answer (function/clock.py); mostly none.
+    clock: tuple = ()
 
 
 def _made_weight(_: Any, made: Made) -> int:
@@ -334,10 +343,12 @@ def composition(
     """The composition kept at where if it was made from what is given now, else compose()'s
     (which says what told each observed resource it read)."""
     made = COMPOSED.find(where)
-    if made is not None and _still(made, given, observed):
+    if made is not None and _still(made, given, observed) and clock.still(made.clock):
         return made.out
-    out, read = compose()
-    COMPOSED.put(where, Made(given, frozenset(observed), tuple(read.items()), out))
+    with clock.recording() as told:
+        out, read = compose()
+    out.clock = tuple(told)
+    COMPOSED.put(where, Made(given, frozenset(observed), tuple(read.items()), out, out.clock))
     return out
 
 

@@ -138,7 +138,7 @@ def made_for(req: wire.Request, handed: dict[str, tuple]) -> Answer:
     kind = composite.get("kind")
     name = composite.get("metadata", {}).get("name")
     out = run(kind, composite, req, handed)
-    return Answer(kind, name, out.ready, len(out.resources), encoded(out, name))
+    return Answer(kind, name, out.ready, len(out.resources), encoded(out, name), out.clock)
 
 
 def run(kind: str | None, composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Output:

@@ -61,6 +61,8 @@ class Output:
     deferred: bool = False
     # Its part of the answer, once serialised (fn.py answers a kept Output again).
     encoded: tuple[bytes, ...] | None = field(default=None, compare=False, repr=False)
+    # Every comparison with the wall clock it was made with (function/clock.py).
+    clock: tuple = field(default=(), compare=False, repr=False)
 
 
 def shown(value: object, limit: int = 64) -> str:

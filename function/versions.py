@@ -159,19 +159,24 @@ NEBIUS_SYSTEM_PLATFORM, NEBIUS_SYSTEM_PRESET = "cpu-d3", "4vcpu-16gb"
 VULTR_SYSTEM_PLAN = "vc2-6c-16gb"
 EKS_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-efs-csi-driver")
 # EKS add-ons whose version follows the cluster's Kubernetes minor, by minor: the "latest version
-# for each Kubernetes version" tables of the EKS User Guide (managing-kube-proxy.md,
-# managing-coredns.md). vpc-cni, eks-pod-identity-agent and aws-efs-csi-driver are released for
-# every supported minor at once and keep the version EKS gave them. A minor missing here is
-# created with EKS's default and, on an upgrade, keeps its add-on versions (with a Warning).
+# for each Kubernetes version" tables of the EKS User Guide ("Manage kube-proxy",
+# managing-kube-proxy, and "Manage CoreDNS", managing-coredns; read 2026-12-01 in the guide's
+# docs.aws.amazon.com Markdown rendering, the newest copy with 1.36 rows). The function never moves
+# an add-on back (CoreDNS's 1.33 row is lower than what earlier tables listed). vpc-cni (one
+# recommended version for every minor), eks-pod-identity-agent and aws-efs-csi-driver (no table:
+# the guide sends readers to describe-addon-versions) are not bound to a minor and keep the
+# version EKS gave them. A minor missing here keeps the add-on's version, with a Warning.
 EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
     "kube-proxy": {
-        "1.33": "v1.33.10-eksbuild.2",
-        "1.34": "v1.34.6-eksbuild.2",
-        "1.35": "v1.35.3-eksbuild.2",
+        "1.33": "v1.33.10-eksbuild.13",
+        "1.34": "v1.34.6-eksbuild.13",
+        "1.35": "v1.35.3-eksbuild.13",
+        "1.36": "v1.36.0-eksbuild.14",
     },
     "coredns": {
-        "1.33": "v1.13.2-eksbuild.4",
-        "1.34": "v1.13.2-eksbuild.4",
-        "1.35": "v1.13.2-eksbuild.4",
+        "1.33": "v1.12.4-eksbuild.18",
+        "1.34": "v1.13.2-eksbuild.11",
+        "1.35": "v1.14.3-eksbuild.3",
+        "1.36": "v1.14.3-eksbuild.3",
     },
 }

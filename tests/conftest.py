@@ -8,10 +8,12 @@ failure (make test builds the tools first).
 
 import os
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from function import clock
 from tests.tools import image
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +24,17 @@ COMPOSITIONS = ROOT / "compositions"
 # Crossplane always adds its own image as a validate dependency; we pre-seed that cache entry with
 # the Crossplane core CRDs from ../shared/crds so validate never reaches for a registry.
 CROSSPLANE_IMAGE = "xpkg.crossplane.io/crossplane/crossplane:v2.3.4"
+
+
+# The wall clock of every in-process composition (function/clock.py): the fixtures' dates (a
+# Capacity Block's start and end) mean the same on every day the tests run. A test may fix its own.
+TEST_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock():
+    with clock.fixed(TEST_NOW):
+        yield
 
 
 def crds_dir() -> Path:

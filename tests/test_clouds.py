@@ -25,7 +25,7 @@ CAPACITY_BLOCKS = World(
             "availabilityZone": "us-east-2b",
             "instanceType": "p5en.48xlarge",
             "instanceCount": 2,
-            "endDate": "2026-12-14T11:30:00Z",
+            "endDate": "2099-12-14T11:30:00Z",
         }
     },
     inference_gateways=FLEET,
@@ -60,6 +60,12 @@ def load(name: str) -> tuple[dict, list[dict]]:
     return xr, classes
 
 
+def node_role_usages(group: str) -> set[str]:
+    """The Usages by which the EKS node role and its attachments outlive a node group."""
+    of = ["iam-role-node", *(f"iam-attach-node-{p}" for p in ("worker", "cni", "ecr"))]
+    return {f"usage-{o}-by-{group}" for o in of}
+
+
 # Example -> (pool to drop, the composed keys that are that pool's own).
 POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
     "eks": (
@@ -67,7 +73,9 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
         {
             "nodegroup-gpu-h200",
             "launch-template-gpu-h200",
-            "capacity-reservation-gpu-h200",
+            "capacity-block-gpu-h200",
+            # The node role outlives the node group (the IAM teardown order).
+            *node_role_usages("nodegroup-gpu-h200"),
             # The EFA driver and group go with the last EFA pool.
             "efa-security-group",
             "efa-security-group-ingress",
@@ -75,7 +83,10 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
             "release-efa-dra-driver",
         },
     ),
-    "eks-on-demand": ("gpu-l40s", {"nodegroup-gpu-l40s"}),
+    "eks-on-demand": (
+        "gpu-l40s",
+        {"nodegroup-gpu-l40s", *node_role_usages("nodegroup-gpu-l40s")},
+    ),
     "gke": ("gpu-h100", {"nodepool-gpu-h100"}),
     # The network operator, its policy and the peermem reloader go with the last InfiniBand pool.
     "aks": (

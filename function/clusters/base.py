@@ -75,6 +75,9 @@ class Cloud:
     resources: dict[str, Desired] = field(default_factory=dict)
     # Resources not composed yet, and what each waits for.
     pending: dict[str, str] = field(default_factory=dict)
+    # Why a composed resource that is not ready waits, where the cloud's rules know better than
+    # its Ready condition (an EKS Capacity Block that has not started).
+    why: dict[str, str] = field(default_factory=dict)
     results: list[Result] = field(default_factory=list)
     invalid_pools: dict[str, str] = field(default_factory=dict)
     waiting_pools: list[str] = field(default_factory=list)
@@ -317,7 +320,7 @@ class Cloud:
         for key, desired in self.resources.items():
             if desired.ready:
                 continue
-            waiting[key] = observed_reason(self.observed(key))
+            waiting[key] = self.why.get(key) or observed_reason(self.observed(key))
         return waiting
 
     def wait_message(self, waiting: dict[str, str | None]) -> str:

@@ -7,8 +7,9 @@ read from observed status and gated, so nothing names what does not exist yet.
 """
 
 import json
+from datetime import timedelta
 
-from function import kube, names, shapes
+from function import clock, kube, names, shapes
 from function.clusters import aws_network, eks_upgrade
 from function.clusters.base import (
     GPU_TAINT,
@@ -18,6 +19,7 @@ from function.clusters.base import (
     Cloud,
     Pool,
     Scaling,
+    minor,
     pool_labels,
     scaling,
 )
@@ -38,6 +40,13 @@ EFS = "efs.aws.m.upbound.io/v1beta1"
 EC2 = aws_network.EC2
 STORAGE_CLASS = "modelplane-rwx-efs"
 AWS_POLICY = "arn:aws:iam::aws:policy/"
+# What the function knows of a pool's Capacity Block (EKSCluster.capacity_block).
+BLOCK_UNKNOWN, BLOCK_PENDING, BLOCK_ACTIVE, BLOCK_ENDING = "unknown", "pending", "active", "ending"
+# EC2 reclaims a Capacity Block's instances in its last 30 minutes and EKS scales the node group to
+# zero before then; from an hour before the end the function holds no minimum.
+BLOCK_END_MARGIN = timedelta(hours=1)
+# On a Capacity Block node group being upgraded: the desired size to restore afterwards.
+RESTORE_SIZE = "modelplane.ai/restore-desired-size"
 
 
 def policy(statements: list[dict]) -> str:
@@ -325,12 +334,16 @@ class EKSCluster:
         if addon == "aws-efs-csi-driver":
             # The controller reads its credentials when its pods start: with no Pod Identity
             # association (and no agent) yet they fall back to the node role, which has no EFS
-            # permissions. So the add-on comes after both. deleteAccessPointRootDir: a
-            # deleted cache's data goes with its access point and stops costing money (the
-            # driver's controller.deleteAccessPointRootDir, off by default; the add-on honours
-            # it under "controller" since v1.7.6, kubernetes-sigs/aws-efs-csi-driver#1171).
+            # permissions. So the add-on comes after both. deleteAccessPointRootDir stays off,
+            # said explicitly so clusters composed with it on turn it off: with it, DeleteVolume
+            # mounts the file system through efs-utils, which asks IMDS for the region (the
+            # driver passes no region option), and the controller (no hostNetwork) cannot reach
+            # IMDS through the nodes' hop limit of 1; DeleteVolume then fails before
+            # DeleteAccessPoint and leaks both (kubernetes-sigs/aws-efs-csi-driver#1476, #1913).
+            # The add-on's schema offers no documented way to give the controller its region.
+            # A deleted cache's files stay on EFS (billed by the GiB) until removed.
             spec["configurationValues"] = json.dumps(
-                {"controller": {"deleteAccessPointRootDir": True}}, sort_keys=True
+                {"controller": {"deleteAccessPointRootDir": False}}, sort_keys=True
             )
             after = ("pod-identity-efs-csi", "addon-eks-pod-identity-agent")
             if not c.when(key, all(c.is_ready(k) for k in after), "EFS CSI Pod Identity"):
@@ -351,7 +364,19 @@ class EKSCluster:
         size: tuple[int, int, int],
         labels: dict | None = None,
         capacity_block: bool = False,
+        desired: int | None = None,
+        block: str = BLOCK_UNKNOWN,
     ) -> None:
+        # The control plane's version once it reports one (eks_upgrade), else the one set before.
+        seen = self.cloud.observed(key)
+        version = self.versions.nodes or (
+            seen.get("spec", "forProvider", "version") if seen else None
+        )
+        annotations = None
+        if capacity_block and isinstance(version, str):
+            size, desired, version, annotations = self.block_upgrade(
+                key, block, size, desired, version
+            )
         minimum, maximum, initial = size
         update: dict = {"maxUnavailable": 1}
         if capacity_block:
@@ -363,18 +388,15 @@ class EKSCluster:
         spec = {
             "clusterNameRef": {"name": self.cluster_name},
             "nodeRoleArnRef": {"name": self.cloud.name("role", "node")},
-            # The autoscaler owns the desired size: it is only seeded, through initProvider.
-            "scalingConfig": {"minSize": minimum, "maxSize": maximum},
+            # The autoscaler owns the desired size: it is only seeded, through initProvider, and
+            # set only to lift a Capacity Block group to its minimum when the block starts.
+            "scalingConfig": {"minSize": minimum, "maxSize": maximum}
+            | ({} if desired is None else {"desiredSize": desired}),
             "updateConfig": update,
             "tags": self.tags,
             **for_provider,
             "subnetIdRefs": self.kept_subnets(key, for_provider["subnetIdRefs"]),
         }
-        # The control plane's version once it reports one (eks_upgrade), else the one set before.
-        seen = self.cloud.observed(key)
-        version = self.versions.nodes or (
-            seen.get("spec", "forProvider", "version") if seen else None
-        )
         if isinstance(version, str):
             spec["version"] = version
         self.mr(
@@ -386,7 +408,52 @@ class EKSCluster:
             init_provider={"scalingConfig": {"desiredSize": initial}},
             policies=NO_LATE_INIT,
             labels=labels,
+            annotations=annotations,
         )
+
+    def block_upgrade(
+        self,
+        key: str,
+        block: str,
+        size: tuple[int, int, int],
+        desired: int | None,
+        version: str,
+    ) -> tuple[tuple[int, int, int], int | None, str, dict | None]:
+        """A version step that reaches a Capacity Block group with nodes, as the EKS guide asks:
+        scale it to 0, upgrade it, then restore its size. The size to restore is kept on the
+        node group itself (RESTORE_SIZE annotation) until the group is back at it. Returns the
+        (min, max, initial) sizes, the desired size, the version and the annotations to set."""
+        c = self.cloud
+        seen = c.observed(key)
+        if seen is None:
+            return size, desired, version, None
+        running = seen.at_provider("version")
+        current = seen.at_provider("scalingConfig", "desiredSize")
+        nodes = int(current) if isinstance(current, int | float) else None
+        kept = seen.get("metadata", "annotations", RESTORE_SIZE)
+        restore = int(kept) if isinstance(kept, str) and kept.isdigit() else None
+        maximum = size[1]
+        at_zero = (0, maximum, 0)
+        stepping = isinstance(running, str) and minor(running) != minor(version)
+        if stepping and nodes:
+            # Drain first: the version stays until the group has no node.
+            restore = max(restore or 0, nodes)
+            c.warn(
+                f"pool {key.removeprefix('nodegroup-')!r}: its Capacity Block node group goes to "
+                f"0 nodes for the upgrade to {version} (EKS guide: scale a Capacity Block node "
+                f"group to 0 before upgrading it), then back to {restore}",
+                reason="CapacityBlockUpgrade",
+            )
+            return at_zero, 0, str(running), {RESTORE_SIZE: str(restore)}
+        if restore is None:
+            return size, desired, version, None
+        if stepping:
+            return at_zero, 0, version, {RESTORE_SIZE: str(restore)}  # upgraded with no node
+        back = min(restore, maximum)
+        if block != BLOCK_ACTIVE or (nodes is not None and nodes >= back):
+            # Back at its size (the autoscaler owns it again), or the block ended meanwhile.
+            return size, desired, version, None
+        return size, back, version, {RESTORE_SIZE: str(restore)}
 
     def system_node_group(self) -> None:
         c = self.cloud
@@ -432,12 +499,16 @@ class EKSCluster:
             for_provider |= {"instanceTypes": [shape.instance_type], "diskSize": shape.disk_size_gb}
             self.node_group(key, name, for_provider, sizes, {"modelplane.ai/pool": pool.name})
             return
+        block = BLOCK_UNKNOWN
+        desired = None
         if capacity_block:
             for_provider["capacityType"] = "CAPACITY_BLOCK"
-            self.capacity_reservation(pool, capacity_block.capacity_reservation_id, size.maximum)
+            block = self.capacity_block(pool, capacity_block.capacity_reservation_id, size.maximum)
+            sizes, desired = self.block_sizes(key, block, sizes)
         template = self.launch_template(pool, facts, efa)
 
-        def build(version: int) -> None:
+        def build(version: int, block_seen: bool) -> None:
+            del block_seen
             launch = {"name": template, "version": str(int(version))}
             self.node_group(
                 key,
@@ -446,14 +517,22 @@ class EKSCluster:
                 sizes,
                 {"modelplane.ai/pool": pool.name},
                 capacity_block=bool(capacity_block),
+                desired=desired,
+                block=block,
             )
 
         lt = c.observed(f"launch-template-{pool.name}")
+        # A Capacity Block pool's node group is created once the block has been observed (or
+        # found missing), so one whose block starts later is created asking for no nodes.
+        seen_block = not capacity_block or c.observed(f"capacity-block-{pool.name}") is not None
         c.keep_or_build(
             key,
-            {"version": lt.at_provider("latestVersion") if lt else None},
+            {
+                "version": lt.at_provider("latestVersion") if lt else None,
+                "block_seen": True if seen_block else None,
+            },
             build,
-            "launch template version",
+            "launch template version and Capacity Block",
         )
 
     def dra_floor(self, pool: Pool, size: Scaling) -> Scaling:
@@ -551,25 +630,29 @@ class EKSCluster:
         )
         return name
 
-    def capacity_reservation(self, pool: Pool, reservation: str, largest: int) -> None:
-        """Observe the Capacity Block itself, and say when it cannot carry the pool."""
+    def capacity_block(self, pool: Pool, reservation: str, largest: int) -> str:
+        """Observe the Capacity Block (CapacityBlockReservation, provider-upjet-aws v2.6.0: only
+        forProvider.region with Observe, the reservation id as external name; it reports
+        startDate, endDate, instanceCount, instanceType, availabilityZone). Says when it cannot
+        carry the pool, and whether it has started (BLOCK_PENDING), runs (BLOCK_ACTIVE), nears its
+        end (BLOCK_ENDING) or cannot be told (BLOCK_UNKNOWN)."""
         c = self.cloud
-        key = f"capacity-reservation-{pool.name}"
+        key = f"capacity-block-{pool.name}"
         self.mr(
             key,
             EC2,
-            "CapacityReservation",
-            c.name("cr", pool.name),
+            "CapacityBlockReservation",
+            c.name("cb", pool.name),
             {},
             policies=OBSERVE_ONLY,
             annotations={names.EXTERNAL_NAME: reservation},
         )
-        # Observe-only: it is there to be read, and a reservation's state is no reason to wait.
-        c.add(key, c.resources[key].body, ready=True)
         seen = c.observed(key)
+        # Observe-only: read, never waited for, but while the block has not started.
+        c.add(key, c.resources[key].body, ready=True)
         if seen is None:
-            return
-        where = f"capacity reservation {reservation} of pool {pool.name!r}"
+            return BLOCK_UNKNOWN
+        where = f"capacity block {reservation} of pool {pool.name!r}"
         if not seen.ready:
             ready = seen.condition("Ready") or {}
             synced = seen.condition("Synced") or {}
@@ -580,7 +663,7 @@ class EKSCluster:
                     f"{said or 'no report yet'}",
                     reason="CapacityBlockInactive",
                 )
-            return
+            return BLOCK_UNKNOWN
         zone = seen.at_provider("availabilityZone")
         if zone and pool.spec.zones != [zone]:
             c.warn(f"{where} is in {zone}, but the pool's zones are {pool.spec.zones}")
@@ -595,12 +678,53 @@ class EKSCluster:
             c.warn(
                 f"{where} reserves {int(count)} instances, fewer than the pool's {largest} nodes"
             )
-        ends = seen.at_provider("endDate")
-        if ends:
-            # Not "active": the provider (CapacityReservation, v2.6.0) reports neither the
-            # reservation's state nor its start, so a block that has not started looks the same;
-            # the pool is ready when its node group is.
-            c.results.append(Result("Normal", f"{where} is reserved until {ends}", "CapacityBlock"))
+        starts = clock.parse(seen.at_provider("startDate"))
+        ends = clock.parse(seen.at_provider("endDate"))
+        if starts is not None and not clock.reached(starts):
+            when = seen.at_provider("startDate")
+            c.warn(
+                f"{where} starts at {when}: its node group asks for no nodes until then (EKS "
+                "User Guide, Capacity Blocks for managed node groups)",
+                reason="CapacityBlockPending",
+            )
+            c.add(key, c.resources[key].body, ready=False)
+            c.why[key] = f"starts {when}"
+            return BLOCK_PENDING
+        if ends is not None and clock.reached(ends - BLOCK_END_MARGIN):
+            c.results.append(
+                Result(
+                    "Normal",
+                    f"{where} ends at {seen.at_provider('endDate')}: its node group's minimum is "
+                    "0, so EKS can scale it to zero before the end",
+                    "CapacityBlockEnding",
+                )
+            )
+            return BLOCK_ENDING
+        if ends is not None:
+            c.results.append(
+                Result(
+                    "Normal", f"{where} runs until {seen.at_provider('endDate')}", "CapacityBlock"
+                )
+            )
+        return BLOCK_ACTIVE
+
+    def block_sizes(
+        self, key: str, block: str, sizes: tuple[int, int, int]
+    ) -> tuple[tuple[int, int, int], int | None]:
+        """A Capacity Block group's (min, max, initial) and the desired size to set, if any.
+        Before the block starts it asks for nothing (min 0, created at 0: the EKS guide creates
+        Capacity Block node groups at 0 before the block is active); near its end its minimum is 0,
+        so EKS's own scale-down to zero is never fought. While the block runs, a group below its
+        minimum (created at 0, or scaled to 0 by EKS at the end of an earlier block) is lifted to
+        its first size once; the autoscaler owns the desired size after that."""
+        minimum, maximum, initial = sizes
+        if block in (BLOCK_PENDING, BLOCK_ENDING):
+            return (0, maximum, 0), None
+        seen = self.cloud.observed(key)
+        current = seen.at_provider("scalingConfig", "desiredSize") if seen else None
+        if block == BLOCK_ACTIVE and isinstance(current, int | float) and current < minimum:
+            return sizes, max(initial, minimum)
+        return sizes, None
 
     def efa_security_group(self) -> None:
         """All traffic between EFA interfaces: a group that admits itself, both ways."""

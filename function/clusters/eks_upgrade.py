@@ -108,10 +108,14 @@ def _addons(cloud: Cloud, running: Minor, nodes_there: bool) -> dict[str, str]:
         )
         known = by_minor.get(text(running))
         if known is None:
-            if addon == "kube-proxy" and current and (minor(current) or running) < running:
+            if current:
                 cloud.warn(
                     f"add-on {addon} stays at {current}: this function knows no {addon} version "
-                    f"for Kubernetes {text(running)} (function/versions.py EKS_ADDON_VERSIONS)",
+                    f"for Kubernetes {text(running)} (the EKS User Guide's table, "
+                    "function/versions.py EKS_ADDON_VERSIONS); to move it, set "
+                    f"spec.forProvider.addonVersion on its Addon to what `aws eks "
+                    f"describe-addon-versions --addon-name {addon} --kubernetes-version "
+                    f"{text(running)}` gives as default (the function keeps it)",
                     "AddonVersionUnknown",
                 )
             continue

@@ -114,6 +114,21 @@ def _versioned(service: str, resource: str, field: str) -> Callable[[dict, World
     return report
 
 
+def _node_group(body: dict, world: World) -> dict:
+    """A node group reports its version (as _versioned) and its Auto Scaling group's sizes: the
+    desired size the spec sets, else the one it was created with, which EKS and the autoscaler
+    keep at least the minimum (a minimum raised above the desired size comes with a desired
+    size in the same update, or EKS refuses it)."""
+    report = _versioned("eks", "nodegroup", "version")(body, world)
+    scaling = _for_provider(body).get("scalingConfig") or {}
+    created = ((body.get("spec") or {}).get("initProvider") or {}).get("scalingConfig") or {}
+    desired = scaling.get("desiredSize")
+    if desired is None:
+        desired = max(created.get("desiredSize", 0), scaling.get("minSize", 0))
+    sizes = {"minSize": scaling.get("minSize"), "maxSize": scaling.get("maxSize")}
+    return {**report, "scalingConfig": {**sizes, "desiredSize": desired}}
+
+
 def _launch_template(body: dict, world: World) -> dict:
     del world
     return {
@@ -306,11 +321,13 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("ec2.aws.m.upbound.io", "LaunchTemplate"): _launch_template,
     ("ec2.aws.m.upbound.io", "PlacementGroup"): _arn("ec2", "placement-group"),
     ("ec2.aws.m.upbound.io", "CapacityReservation"): _capacity_reservation,
+    # CapacityBlockReservation (v2.6.0) reports startDate and endDate besides the same fields.
+    ("ec2.aws.m.upbound.io", "CapacityBlockReservation"): _capacity_reservation,
     ("iam.aws.m.upbound.io", "Role"): _arn("iam", "role"),
     ("iam.aws.m.upbound.io", "Policy"): _arn("iam", "policy"),
     ("iam.aws.m.upbound.io", "RolePolicyAttachment"): _aws_id("attach"),
     ("eks.aws.m.upbound.io", "Cluster"): _eks_cluster,
-    ("eks.aws.m.upbound.io", "NodeGroup"): _versioned("eks", "nodegroup", "version"),
+    ("eks.aws.m.upbound.io", "NodeGroup"): _node_group,
     ("eks.aws.m.upbound.io", "Addon"): _versioned("eks", "addon", "addonVersion"),
     ("eks.aws.m.upbound.io", "PodIdentityAssociation"): _aws_id("a"),
     ("eks.aws.m.upbound.io", "ClusterAuth"): lambda body, world: {},

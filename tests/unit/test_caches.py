@@ -128,3 +128,31 @@ def test_a_group_is_weighed_item_by_item_and_goes_as_one_entry():
     assert groups.find("a") is None and groups.held == 0 and other.find("o") == b"o" * 10
     a.add("z", b"z")  # a group dropped meanwhile is weighed no more
     assert groups.held == 0 and s.held == other.held
+
+
+def test_a_kept_composition_holds_only_while_its_clock_comparisons_do():
+    """A composition that compared the wall clock with an instant (a Capacity Block's start) is
+    answered again only while that comparison comes out the same."""
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+
+    from function import clock  # noqa: PLC0415
+    from function.output import Output  # noqa: PLC0415
+
+    starts = datetime(2026, 12, 10, tzinfo=UTC)
+    made = []
+
+    def compose():
+        out = Output(ready=clock.reached(starts))
+        made.append(out)
+        return out, {}
+
+    where, given = ("clock-test", ()), ("xr",)
+    with clock.fixed(starts - timedelta(days=1)):
+        before = caches.composition(where, given, {}, compose)
+        assert caches.composition(where, given, {}, compose) is before
+    with clock.fixed(starts - timedelta(seconds=1)):
+        assert caches.composition(where, given, {}, compose) is before
+    with clock.fixed(starts):
+        after = caches.composition(where, given, {}, compose)
+    assert after is not before and (before.ready, after.ready) == (False, True)
+    assert [o.clock for o in made] == [((starts, False),), ((starts, True),)]

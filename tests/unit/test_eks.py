@@ -3,10 +3,11 @@
 import copy
 import ipaddress
 import json
+from datetime import UTC, datetime
 
 import pytest
 
-from function import shapes
+from function import clock, shapes
 from function.clusters import aws_network
 from function.clusters.eks import efa_interfaces
 from function.compose import compose_cluster
@@ -137,6 +138,69 @@ def test_launch_template_waits_for_both_security_groups_then_sticks():
         assert again.resources[key].body["spec"] == out.resources[key].body["spec"], key
 
 
+STARTS = "2026-12-10T11:30:00Z"
+BEFORE = datetime(2026, 12, 3, tzinfo=UTC)
+DURING = datetime(2026, 12, 12, tzinfo=UTC)
+NEAR_END = datetime(2026, 12, 14, 10, 45, tzinfo=UTC)
+LATER_BLOCK = World(capacity_reservations={RESERVATION: {**MATCHING, "startDate": STARTS}})
+
+
+def group_sizes(out) -> tuple[dict, dict]:
+    spec = out.resources["nodegroup-gpu-h200"].body["spec"]
+    return spec["forProvider"]["scalingConfig"], spec["initProvider"]["scalingConfig"]
+
+
+def test_a_block_that_has_not_started_asks_for_no_nodes_and_says_when_it_starts():
+    xr, classes = example("eks")
+    with clock.fixed(BEFORE):
+        out = converge(xr, classes, LATER_BLOCK)
+    scaling, created = group_sizes(out)
+    assert scaling == {"minSize": 0, "maxSize": 2}
+    assert created == {"desiredSize": 0}
+    (warning,) = [r for r in out.results if r.reason == "CapacityBlockPending"]
+    assert f"capacity block {RESERVATION} of pool 'gpu-h200' starts at {STARTS}" in warning.message
+    ready = next(c for c in out.conditions if c.type == "ClusterReady")
+    assert not ready.status
+    assert f"capacity-block-gpu-h200 (starts {STARTS})" in ready.message
+    assert out.ready is False
+
+
+def test_when_the_block_starts_its_group_is_lifted_once_then_left_to_the_autoscaler():
+    xr, classes = example("eks")
+    with clock.fixed(BEFORE):
+        waiting = converge(xr, classes, LATER_BLOCK)
+    with clock.fixed(DURING):
+        lifted = compose_cluster(xr, all_classes(classes), reported(waiting, LATER_BLOCK))
+        scaling, _ = group_sizes(lifted)
+        # In one update: EKS refuses a minimum above the desired size.
+        assert scaling == {"minSize": 2, "maxSize": 2, "desiredSize": 2}
+        settled = sim.converge(xr, all_classes(classes), LATER_BLOCK)
+    scaling, _ = group_sizes(settled)
+    assert scaling == {"minSize": 2, "maxSize": 2}
+    assert not [r for r in settled.results if r.reason == "CapacityBlockPending"]
+    assert next(c for c in settled.conditions if c.type == "ClusterReady").status
+
+
+def test_near_its_end_nothing_holds_the_group_up():
+    """EKS scales a Capacity Block group to zero before the block ends; a minimum would fight it."""
+    xr, classes = example("eks")
+    with clock.fixed(NEAR_END):
+        out = converge(xr, classes, LATER_BLOCK)
+    scaling, _ = group_sizes(out)
+    assert scaling == {"minSize": 0, "maxSize": 2}
+    assert [r.reason for r in out.results if r.reason.startswith("CapacityBlockEnd")] == [
+        "CapacityBlockEnding"
+    ]
+
+
+def test_the_same_request_and_clock_give_the_same_answer():
+    xr, classes = example("eks")
+    with clock.fixed(BEFORE):
+        one = converge(xr, classes, LATER_BLOCK)
+        two = converge(xr, classes, LATER_BLOCK)
+    assert one.resources == two.resources and one.results == two.results
+
+
 def test_capacity_block_node_group_and_launch_template():
     xr, classes = example("eks")
     out = converge(xr, classes, World(capacity_reservations={RESERVATION: MATCHING}))
@@ -150,7 +214,9 @@ def test_capacity_block_node_group_and_launch_template():
     assert lt["capacityReservationSpecification"] == {
         "capacityReservationTarget": {"capacityReservationId": RESERVATION}
     }
-    reservation = out.resources["capacity-reservation-gpu-h200"].body
+    reservation = out.resources["capacity-block-gpu-h200"].body
+    assert reservation["kind"] == "CapacityBlockReservation"
+    assert reservation["spec"]["forProvider"] == {"region": "us-east-2"}
     assert reservation["spec"]["managementPolicies"] == ["Observe"]
     assert reservation["metadata"]["annotations"]["crossplane.io/external-name"] == RESERVATION
     assert not [r for r in out.results if r.severity == "Warning"]
@@ -375,8 +441,18 @@ def test_a_version_bump_moves_the_control_plane_then_the_node_groups_then_the_ad
     assert steps == [
         {"cluster": "1.35"},
         dict.fromkeys(sorted(groups), "1.35"),
-        {"addon-kube-proxy": "v1.35.3-eksbuild.2"},
+        {"addon-coredns": "v1.14.3-eksbuild.3", "addon-kube-proxy": "v1.35.3-eksbuild.13"},
     ]
+    assert not [r for r in final.results if r.severity == "Warning"]
+
+
+def test_1_35_to_1_36_moves_every_version_bound_addon_by_the_guides_table():
+    """The spec's default minor has its row: kube-proxy and CoreDNS follow (EKS User Guide)."""
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.35"
+    steps, final = upgrade(xr, classes, "1.36")
+    assert steps[0] == {"cluster": "1.36"}
+    assert steps[-1] == {"addon-kube-proxy": "v1.36.0-eksbuild.14"}  # CoreDNS: same as 1.35's
     assert not [r for r in final.results if r.severity == "Warning"]
 
 
@@ -390,7 +466,7 @@ def test_a_bump_of_two_minors_goes_one_at_a_time():
     # reached the one before.
     assert all(len(s) == 1 for s in steps if "cluster" in s)
     second = next(i for i, s in enumerate(steps) if s.get("cluster") == "1.35")
-    assert any(s.get("addon-kube-proxy") == "v1.34.6-eksbuild.2" for s in steps[:second])
+    assert any(s.get("addon-kube-proxy") == "v1.34.6-eksbuild.13" for s in steps[:second])
     assert any(s.get("nodegroup-gpu-l4") == "1.34" for s in steps[:second])
 
 
@@ -402,8 +478,46 @@ def test_raising_each_eks_examples_version_moves_exactly_the_control_plane_then_
     groups = sorted(
         k for k in final.resources if k == "system-nodegroup" or k.startswith("nodegroup-")
     )
-    # 1.37 is not in the add-on table: the add-ons keep EKS's versions.
-    assert steps == [{"cluster": "1.37"}, dict.fromkeys(groups, "1.37")]
+    # 1.37 is not in the add-on table: the add-ons keep EKS's versions. A Capacity Block group
+    # with nodes is drained first, so it follows one pass later.
+    blocks = [g for g in groups if g == "nodegroup-gpu-h200"]
+    others = [g for g in groups if g not in blocks]
+    expected = [{"cluster": "1.37"}, dict.fromkeys(others, "1.37")]
+    if blocks:
+        expected.append(dict.fromkeys(blocks, "1.37"))
+    assert [s for s in steps if s] == expected  # passes that move only sizes are left out
+
+
+def test_a_capacity_block_group_is_scaled_to_zero_upgraded_and_restored():
+    """The EKS guide: scale a Capacity Block node group to 0 before upgrading it. The function
+    drains it, upgrades it at 0, restores its size, and then leaves it to the autoscaler."""
+    xr, classes = example("eks")
+    world = World(capacity_reservations={RESERVATION: MATCHING})
+    out = converge(xr, classes, world)
+    raised = copy.deepcopy(xr)
+    raised["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.37"
+    seen = []
+    for _ in range(10):
+        again = compose_cluster(raised, all_classes(classes), reported(out, world))
+        body = again.resources["nodegroup-gpu-h200"].body
+        spec = body["spec"]["forProvider"]
+        note = body["metadata"].get("annotations", {}).get("modelplane.ai/restore-desired-size")
+        state = (spec.get("version"), spec["scalingConfig"], note)
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        if again.resources == out.resources:
+            break
+        out = again
+    scaled = {"minSize": 0, "maxSize": 2, "desiredSize": 0}
+    assert seen == [
+        ("1.36", {"minSize": 2, "maxSize": 2}, None),  # the control plane goes first
+        ("1.36", scaled, "2"),  # drained at the old version
+        ("1.37", scaled, "2"),  # upgraded with no node
+        ("1.37", {"minSize": 2, "maxSize": 2, "desiredSize": 2}, "2"),  # restored
+        ("1.37", {"minSize": 2, "maxSize": 2}, None),  # the autoscaler's again
+    ]
+    warnings = [r.message for r in again.results if r.reason == "CapacityBlockUpgrade"]
+    assert not warnings  # said while it drains, not once it is done
 
 
 def test_an_addon_with_no_known_version_for_the_new_minor_stays_and_says_so():
@@ -423,8 +537,11 @@ def test_an_addon_with_no_known_version_for_the_new_minor_stays_and_says_so():
     again = compose_cluster(raised, all_classes(classes), seen)
     spec = again.resources["addon-kube-proxy"].body["spec"]["forProvider"]
     assert spec["addonVersion"] == "v1.36.2-eksbuild.1"
-    warning = next(r.message for r in again.results if r.reason == "AddonVersionUnknown")
+    warnings = [r.message for r in again.results if r.reason == "AddonVersionUnknown"]
+    warning = next(w for w in warnings if "kube-proxy" in w)
     assert "kube-proxy stays at v1.36.2-eksbuild.1" in warning and "1.37" in warning
+    assert "set spec.forProvider.addonVersion on its Addon" in warning
+    assert any(w.startswith("add-on coredns stays at") for w in warnings)
 
 
 def test_a_downgrade_or_a_bad_version_changes_nothing_and_says_so():
@@ -466,7 +583,7 @@ def test_capacity_block_node_groups_roll_out_within_the_reservation():
     assert system == {"maxUnavailable": 1}
 
 
-def test_efs_addon_comes_after_its_pod_identity_and_deletes_access_point_data():
+def test_efs_addon_comes_after_its_pod_identity_and_never_needs_imds_to_delete():
     xr, classes = example("eks-on-demand")
     first = compose_cluster(xr, all_classes(classes), Observed())
     assert "addon-aws-efs-csi-driver" not in first.resources
@@ -475,7 +592,7 @@ def test_efs_addon_comes_after_its_pod_identity_and_deletes_access_point_data():
     again = compose_cluster(xr, all_classes(classes), without_agent)
     addon = again.resources["addon-aws-efs-csi-driver"].body["spec"]["forProvider"]
     assert json.loads(addon["configurationValues"]) == {
-        "controller": {"deleteAccessPointRootDir": True}
+        "controller": {"deleteAccessPointRootDir": False}
     }
     # Once composed it stays, whatever the association reports.
     lost = reported(again, drop_status=("pod-identity-efs-csi", "addon-eks-pod-identity-agent"))

@@ -17,8 +17,9 @@ from tests.unit import sim
 
 # Composed cloud kinds none of whose fields the function sets is frozen (each checked against its
 # provider: the IAM Role and Policy update in place; ClusterAuth has no Terraform resource; the
-# Nebius VPC kinds mark nothing RequiresReplace).
+# Nebius VPC kinds mark nothing RequiresReplace; an Observe-only kind is never updated).
 NOTHING_FROZEN = {
+    ("ec2.aws.m.upbound.io", "CapacityBlockReservation"),
     ("eks.aws.m.upbound.io", "ClusterAuth"),
     ("iam.aws.m.upbound.io", "Policy"),
     ("iam.aws.m.upbound.io", "Role"),
