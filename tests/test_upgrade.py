@@ -187,17 +187,10 @@ def upgrade_problems(name: str, live: dict, passes: list[Output], entry: Release
 def in_place_changes(live: dict, final: Output) -> set[tuple[str, str]]:
     """(kind, field path) of every field the upgrade changes on a resource it keeps."""
     found: set[tuple[str, str]] = set()
-
-    def walk(kind: str, a, b, path: str) -> None:
-        if isinstance(a, dict) and isinstance(b, dict):
-            for k in sorted(set(a) | set(b)):
-                walk(kind, a.get(k), b.get(k), f"{path}.{k}" if path else k)
-        elif a != b:
-            found.add((kind, path))
-
     for key in sorted(set(live["resources"]) & set(final.resources)):
         body = final.resources[key].body
-        walk(f"{body['apiVersion']} {body['kind']}", live["resources"][key], body, "")
+        kind = f"{body['apiVersion']} {body['kind']}"
+        found |= {(kind, p) for p in sim.differing(live["resources"][key], body)}
     return found
 
 

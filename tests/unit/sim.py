@@ -39,20 +39,23 @@ def converge(
     raise AssertionError(f"no convergence in {MAX_PASSES} passes")
 
 
+def differing(a, b, path: str = "") -> set[str]:
+    """The dotted paths of every field that differs between two bodies."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {
+            found
+            for k in sorted(set(a) | set(b))
+            for found in differing(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+        }
+    return set() if a == b else {path}
+
+
 def changes(before: Output, after: Output) -> set[tuple[str, str]]:
     """(resource key, dotted field path) of every field of a desired body that differs."""
     found: set[tuple[str, str]] = set()
-
-    def walk(key: str, a, b, path: str) -> None:
-        if isinstance(a, dict) and isinstance(b, dict):
-            for k in sorted(set(a) | set(b)):
-                walk(key, a.get(k), b.get(k), f"{path}.{k}" if path else k)
-        elif a != b:
-            found.add((key, path))
-
     for key in sorted(set(before.resources) | set(after.resources)):
         a, b = before.resources.get(key), after.resources.get(key)
-        walk(key, a.body if a else None, b.body if b else None, "")
+        found |= {(key, p) for p in differing(a.body if a else None, b.body if b else None)}
     return found
 
 
