@@ -1,4 +1,4 @@
-"""The real providers against the e2e control plane: provider-helm v1.4.0 and provider-kubernetes
+"""The real providers against the e2e control plane: provider-helm v1.3.0 and provider-kubernetes
 v1.3.1 as processes, and the loopback chart server they pull the charts from.
 
 `Providers(control_plane)` starts, in this order, each with a bounded wait:
@@ -18,7 +18,7 @@ v1.3.1 as processes, and the loopback chart server they pull the charts from.
    - `/etc/hosts` is a file made here that maps every repository hostname (charts_server.hostnames)
      to the chart server's address (provider-helm dials the real names the Releases carry), and
      Nebius IAM's token exchange host (NEBIUS_IAM_HOST) to the Nebius IAM stand-in's;
-   - `/tmp` is a folder of its own under the workdir: provider-helm v1.4.0 keeps its chart cache in
+   - `/tmp` is a folder of its own under the workdir: provider-helm keeps its chart cache in
      the fixed paths /tmp/charts and /tmp/content-cache (pkg/clients/helm/client.go), which must
      not be shared with another run; its kubeconfig, CA bundle and TLS folder are there too;
    - SSL_CERT_FILE and SSL_CERT_DIR name only the chart server's CA (Go's crypto/x509 reads both on
@@ -31,8 +31,9 @@ reads at those tags (cmd/provider/main.go): leader election off (`--no-leader-el
 their default), `--enable-management-policies` (default true, stated: the function composes
 Observe-only Objects), `--poll` and `--sync` short for tests (`--enable-watches`, alpha and off by
 default, only with `watches=True`: without it provider-kubernetes ignores an Object's
-`spec.watch`, as an installed package does), metrics off, health probes on a
-free 127.0.0.1 port (readiness: `/readyz`), debug logs. They read the API server from KUBECONFIG
+`spec.watch`, as an installed package does), debug logs; provider-kubernetes with metrics off and
+health probes on a free 127.0.0.1 port (readiness: `/readyz`); provider-helm v1.3.0, which has
+neither flag, with controller-runtime's metrics on :8080 (readiness: `/metrics` answers). They read the API server from KUBECONFIG
 (controller-runtime's GetConfig) with the control plane's admin token. provider-kubernetes serves
 its conversion webhook (registered unconditionally) from TLS_SERVER_CERTS_DIR on a free port;
 the e2e CRDs have no conversion webhook, so nothing calls it.
@@ -70,6 +71,8 @@ from tests.e2e.controlplane import (
 )
 
 PROVIDERS = ("provider-helm", "provider-kubernetes")
+# provider-helm v1.3.0 serves controller-runtime's metrics here and has no flag to move them.
+HELM_METRICS_PORT = 8080
 CHARTS_SERVER = "charts-server"
 NEBIUS_IAM = "nebius-iam"
 # gosdk v0.2.29: "tokens.iam" (services/nebius/iam/v1/token_exchange_service.sdk.go) + ".{domain}"
@@ -356,10 +359,19 @@ class Providers:
             f"--poll={self.poll}",
             f"--sync={self.sync}",
             "--max-reconcile-rate=10",
-            "--metrics-bind-address=0",
-            f"--health-probe-bind-addr=127.0.0.1:{health}",
-            f"--webhook-port={free_port()}",
         ]
+        if name == "provider-helm":
+            # v1.3.0 has no health probes, metrics or webhook flags: controller-runtime serves its
+            # metrics on its default :8080 (metrics/server DefaultBindAddress), which answers once
+            # the manager runs.
+            url = f"http://127.0.0.1:{HELM_METRICS_PORT}/metrics"
+        else:
+            args += [
+                "--metrics-bind-address=0",
+                f"--health-probe-bind-addr=127.0.0.1:{health}",
+                f"--webhook-port={free_port()}",
+            ]
+            url = f"http://127.0.0.1:{health}/readyz"
         env = {
             **namespace_env(),
             "KUBECONFIG": f"{INSIDE_TMP}/kubeconfig",
@@ -370,8 +382,7 @@ class Providers:
         proc = self._spawn(name, in_namespace(args, self.hosts, tmp), env)
 
         def ready() -> bool:
-            url = f"http://127.0.0.1:{health}/readyz"
             with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310
                 return r.status == 200
 
-        self.cp.wait_ready(proc, ready, self.timeout, "/readyz")
+        self.cp.wait_ready(proc, ready, self.timeout, url)

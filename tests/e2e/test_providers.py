@@ -1,4 +1,4 @@
-"""The real providers, standalone: provider-helm v1.4.0 and provider-kubernetes v1.3.1 as processes
+"""The real providers, standalone: provider-helm v1.3.0 and provider-kubernetes v1.3.1 as processes
 (tests/e2e/providers.py) against a real control plane, installing real charts pulled from the
 loopback chart server (tests/e2e/charts_server.py) by the hostnames the function's Releases name.
 
