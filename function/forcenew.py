@@ -398,8 +398,8 @@ def _shown(value: Any, limit: int = 120) -> str:
 def keep_live(
     resources: dict[str, Desired], observed: Observed
 ) -> tuple[dict[str, Desired], list[Result]]:
-    """resources with every frozen field of an observed resource at its live value, and a
-    Warning for each field this release would have changed."""
+    """resources with every frozen field of an observed resource at its live value, and one
+    Warning for each resource this release would have changed so, naming every such field."""
     kept = dict(resources)
     results: list[Result] = []
     for key, desired in resources.items():
@@ -411,6 +411,7 @@ def keep_live(
             continue
         new_spec = body.get("spec", {}).get("forProvider", {})
         changed: dict | None = None
+        said: list[str] = []
         for field in frozen:
             # Only the frozen leaves of the live body are read (fn.py's resources read the wire).
             found = seen.get("spec", "forProvider", *field.path)
@@ -422,18 +423,29 @@ def keep_live(
                 continue
             if changed is None:
                 changed = copy.deepcopy(body)
-            _put(changed["spec"].setdefault("forProvider", {}), field.path, live)
+            path = field.path
+            if live is _MISSING:
+                # Absent live: so is the outermost block the live resource lacks.
+                path = next(
+                    path[:i]
+                    for i in range(1, len(path) + 1)
+                    if seen.get("spec", "forProvider", *path[:i]) is None
+                )
+            _put(changed["spec"].setdefault("forProvider", {}), path, live)
+            said.append(
+                f"forProvider.{'.'.join(field.path)} stays {_shown(live)} (this release: "
+                f"{_shown(new)}; {field.source})"
+            )
+            move = field.move
+        if changed is not None:
+            kept[key] = Desired(body=changed, ready=desired.ready)
             name = body.get("metadata", {}).get("name", key)
             results.append(
                 Result(
                     "Warning",
-                    f"{kind} {name} ({key}): forProvider.{'.'.join(field.path)} stays "
-                    f"{_shown(live)} as the live resource has it; this release composes "
-                    f"{_shown(new)}, which cannot change in place ({field.source}). "
-                    f"To move to it: {field.move}",
+                    f"{kind} {name} ({key}) keeps what cannot change in place, as the live "
+                    f"resource has it: {'; '.join(said)}. To move to this release's: {move}",
                     reason="KeptLiveField",
                 )
             )
-        if changed is not None:
-            kept[key] = Desired(body=changed, ready=desired.ready)
     return kept, results

@@ -61,9 +61,10 @@ def load(name: str) -> tuple[dict, list[dict]]:
 
 
 def node_role_usages(group: str) -> set[str]:
-    """The Usages by which the EKS node role and its attachments outlive a node group."""
+    """The Usages by which the EKS node role and its attachments outlive a node group, and the
+    node group the cluster's kubeconfig writer (and so the stack)."""
     of = ["iam-role-node", *(f"iam-attach-node-{p}" for p in ("worker", "cni", "ecr"))]
-    return {f"usage-{o}-by-{group}" for o in of}
+    return {f"usage-{o}-by-{group}" for o in of} | {f"usage-{group}-by-cluster-auth"}
 
 
 # Example -> (pool to drop, the composed keys that are that pool's own).
@@ -85,7 +86,11 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
     ),
     "eks-on-demand": (
         "gpu-l40s",
-        {"nodegroup-gpu-l40s", *node_role_usages("nodegroup-gpu-l40s")},
+        {
+            "nodegroup-gpu-l40s",
+            "launch-template-gpu-l40s",
+            *node_role_usages("nodegroup-gpu-l40s"),
+        },
     ),
     "gke": ("gpu-h100", {"nodepool-gpu-h100"}),
     # The network operator, its policy and the peermem reloader go with the last InfiniBand pool.

@@ -250,7 +250,7 @@ class AKSCluster:
     def node_pool(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape
         self.check_shape(pool)
-        size = scaling(pool.spec)
+        size = c.sizes(pool, "AKS")
         accelerator = shape.accelerator.type if shape.accelerator else None
         for_provider: dict = {
             "kubernetesClusterIdRef": {"name": self.cluster_name},
@@ -266,6 +266,10 @@ class AKSCluster:
             "gpuDriver": "Install",
             "nodeLabels": pool_labels(pool, accelerator),
             "nodeTaints": [TAINT],
+            # Upgrades take a node down at a time and add none: a surge node is one more GPU VM,
+            # which quota or capacity often refuses ("Customize unavailable nodes during
+            # upgrade": maxSurge 0 with maxUnavailable 1).
+            "upgradeSettings": {"maxSurge": "0", "maxUnavailable": "1"},
             "tags": self.tags,
         }
         if pool.spec.zones:

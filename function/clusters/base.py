@@ -284,6 +284,26 @@ class Cloud:
         self.invalid_pools[pool.name] = message
         self.results.append(Result("Warning", message, reason="InvalidNodePool"))
 
+    def sizes(self, pool: "Pool", cloud: str, floor: int = 0) -> "Scaling":
+        """The pool's sizes (scaling), keeping one node where an autoscaling pool whose class
+        claims devices through DRA would sit at zero: its autoscaler cannot scale it up from
+        zero for those claims (DRA_SCALE_FROM_ZERO), and its pods would wait for ever."""
+        size = scaling(pool.spec, floor=floor)
+        if cloud in DRA_SCALE_FROM_ZERO:
+            return size
+        if not (size.autoscaling and size.minimum == 0 and size.maximum >= 1):
+            return size
+        if not any(d.claim == "DRA" for d in pool.cls.spec.devices):
+            return size
+        self.warn(
+            f"pool {pool.name!r}: minNodeCount 0 is raised to 1; its pods claim devices through "
+            f"DRA, and {cloud}'s cluster autoscaler documents no scale-up from zero for DRA "
+            "claims (it would need ResourceSlice templates for an empty pool, "
+            "cluster-autoscaler docs/dra_support.md); one GPU node stays, billed while idle",
+            reason="ScaleFromZeroUnsupported",
+        )
+        return Scaling(1, size.maximum, max(size.initial, 1), autoscaling=True)
+
     def warn(self, message: str, reason: str = "ShapeMismatch") -> None:
         self.results.append(Result("Warning", message, reason=reason))
 
@@ -424,6 +444,13 @@ class Scaling:
     maximum: int
     initial: int
     autoscaling: bool
+
+
+# Clouds whose autoscaler documents scaling a pool up from zero for DRA claims. It must build
+# ResourceSlice templates for an empty pool to see that a node would take the claim
+# (cluster-autoscaler docs/dra_support.md); no GKE, AKS, EKS or Nebius source says theirs does,
+# and Vultr keeps a node in every pool anyway. Add a cloud only with its documentation named.
+DRA_SCALE_FROM_ZERO: frozenset[str] = frozenset()
 
 
 def scaling(pool: NodePool, *, floor: int = 0) -> Scaling:

@@ -18,10 +18,8 @@ from function.clusters.base import (
     SYSTEM_LABELS,
     Cloud,
     Pool,
-    Scaling,
     minor,
     pool_labels,
-    scaling,
 )
 from function.clusters.facts import ClusterFacts
 from function.models import EKS
@@ -199,6 +197,11 @@ class EKSCluster:
         }
         for role, by in users.items():
             self.cloud.outlives.extend((of, user) for of in self.identity[role] for user in by)
+        # The nodes outlive the stack: its controllers (Envoy Gateway, cert-manager, the DRA
+        # driver) clear the finalizers of what they own while the stack uninstalls, which they
+        # cannot do with their nodes gone; the chain up to ClusterAuth would then never end, and
+        # the NAT gateways, EIPs, EFS and control plane keep billing.
+        self.cloud.outlives.extend((group, "cluster-auth") for group in sorted(node_groups))
 
     def autoscaler_policy(self) -> str:
         """Least privilege: change only this cluster's node groups' Auto Scaling groups."""
@@ -337,11 +340,12 @@ class EKSCluster:
             # permissions. So the add-on comes after both. deleteAccessPointRootDir stays off,
             # said explicitly so clusters composed with it on turn it off: with it, DeleteVolume
             # mounts the file system through efs-utils, which asks IMDS for the region (the
-            # driver passes no region option), and the controller (no hostNetwork) cannot reach
-            # IMDS through the nodes' hop limit of 1; DeleteVolume then fails before
-            # DeleteAccessPoint and leaks both (kubernetes-sigs/aws-efs-csi-driver#1476, #1913).
-            # The add-on's schema offers no documented way to give the controller its region.
-            # A deleted cache's files stay on EFS (billed by the GiB) until removed.
+            # driver passes no region option), and a controller pod reaches IMDS only where the
+            # node's hop limit lets pods through, which this function closes wherever it sets
+            # the launch template (hop limit 1) and must not depend on; DeleteVolume then fails
+            # before DeleteAccessPoint and leaks both (kubernetes-sigs/aws-efs-csi-driver#1476,
+            # #1913). The add-on's schema documents no other way to give the controller its
+            # region. A deleted cache's files stay on EFS, moved to Infrequent Access (below).
             spec["configurationValues"] = json.dumps(
                 {"controller": {"deleteAccessPointRootDir": False}}, sort_keys=True
             )
@@ -388,10 +392,6 @@ class EKSCluster:
         spec = {
             "clusterNameRef": {"name": self.cluster_name},
             "nodeRoleArnRef": {"name": self.cloud.name("role", "node")},
-            # The autoscaler owns the desired size: it is only seeded, through initProvider, and
-            # set only to lift a Capacity Block group to its minimum when the block starts.
-            "scalingConfig": {"minSize": minimum, "maxSize": maximum}
-            | ({} if desired is None else {"desiredSize": desired}),
             "updateConfig": update,
             "tags": self.tags,
             **for_provider,
@@ -399,17 +399,48 @@ class EKSCluster:
         }
         if isinstance(version, str):
             spec["version"] = version
+        resize = self.resize(seen, minimum, maximum, desired)
+        if resize:
+            spec["scalingConfig"] = resize
         self.mr(
             key,
             EKS_API,
             "NodeGroup",
             name,
             spec,
-            init_provider={"scalingConfig": {"desiredSize": initial}},
+            init_provider={
+                "scalingConfig": {"minSize": minimum, "maxSize": maximum, "desiredSize": initial}
+            },
             policies=NO_LATE_INIT,
             labels=labels,
             annotations=annotations,
         )
+
+    @staticmethod
+    def resize(seen, minimum: int, maximum: int, desired: int | None) -> dict | None:
+        """The scalingConfig to send, only while the group's sizes must change.
+
+        The cluster-autoscaler owns a node group's desired size, so the sizes live in initProvider,
+        sent at creation only. Not in forProvider: provider-upjet-aws v2.6.0's upjet filters an
+        initProvider field's diff only when its whole block is initProvider's alone (the filter
+        keys miss the singleton block's `.0.`, fixed upstream by crossplane/upjet#728, in no
+        provider release yet; provider-upjet-aws#1907), so a desiredSize beside forProvider's
+        min and max would be sent again on every sync and undo each scale-up. While the reported
+        minimum or maximum differ from what the pool asks, or a desired size is set (a Capacity
+        Block lifted or drained), all three go in forProvider in one update: EKS refuses a minimum
+        above the desired size, so the desired size is the reported one kept within the bounds."""
+        if seen is None:
+            return None  # created from initProvider
+        live = seen.at_provider("scalingConfig") or {}
+        if desired is None and not (isinstance(live, dict) and live.get("minSize") is not None):
+            return None  # nothing reported (yet, or for a moment): nothing to change
+        if desired is None and (live.get("minSize"), live.get("maxSize")) == (minimum, maximum):
+            return None
+        if desired is None:
+            current = live.get("desiredSize")
+            current = int(current) if isinstance(current, int | float) else minimum
+            desired = min(max(current, minimum), maximum)
+        return {"minSize": minimum, "maxSize": maximum, "desiredSize": desired}
 
     def block_upgrade(
         self,
@@ -457,18 +488,53 @@ class EKSCluster:
 
     def system_node_group(self) -> None:
         c = self.cloud
-        self.node_group(
-            "system-nodegroup",
-            c.name("system"),
-            {
-                "amiType": EKS_SYSTEM_AMI,
-                "instanceTypes": [EKS_SYSTEM_INSTANCE_TYPE],
-                "diskSize": 100,
-                "labels": SYSTEM_LABELS,
-                "subnetIdRefs": aws_network.private_subnet_refs(c, self.zones),
-            },
-            (1, 2, 1),
+        key, name = "launch-template-system", c.name("lt", "system")
+        self.mr(
+            key, EC2, "LaunchTemplate", name, self.template(name, EKS_SYSTEM_INSTANCE_TYPE, 100)
         )
+        for_provider = {
+            "amiType": EKS_SYSTEM_AMI,
+            "labels": SYSTEM_LABELS,
+            "subnetIdRefs": aws_network.private_subnet_refs(c, self.zones),
+        }
+
+        def build(version: int) -> None:
+            launch = {"launchTemplate": {"name": name, "version": str(int(version))}}
+            self.node_group("system-nodegroup", c.name("system"), for_provider | launch, (1, 2, 1))
+
+        lt = c.observed(key)
+        c.keep_or_build(
+            "system-nodegroup",
+            {"version": lt.at_provider("latestVersion") if lt else None},
+            build,
+            "launch template version",
+        )
+
+    def template(self, name: str, instance_type: str, disk_gb: int) -> dict:
+        """What every node group's launch template sets: the instance type, an encrypted gp3 root
+        volume, and IMDSv2 with one hop, so pods (model code among them) cannot read the node
+        role's credentials. Every controller that needs AWS gets them through Pod Identity; the
+        node's own agents run on the host network (EKS User Guide, best practices: "Restrict
+        access to the instance profile assigned to the worker node"; without a launch template
+        EKS's default one sets a hop limit of 2)."""
+        return {
+            "name": name,
+            "instanceType": instance_type,
+            "updateDefaultVersion": True,
+            "blockDeviceMappings": [
+                {
+                    "deviceName": "/dev/xvda",
+                    "ebs": {
+                        "volumeSize": disk_gb,
+                        "volumeType": "gp3",
+                        "encrypted": "true",
+                        "deleteOnTermination": "true",
+                    },
+                }
+            ],
+            "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1},
+            "tags": self.tags,
+        }
 
     def node_pool(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape
@@ -476,7 +542,7 @@ class EKSCluster:
         self.check_shape(pool, facts)
         capacity_block = pool.spec.capacity_block
         efa = bool(pool.spec.fabric and pool.spec.fabric.type == "EFA")
-        size = self.dra_floor(pool, scaling(pool.spec))
+        size = c.sizes(pool, "EKS")
         accelerator = shape.accelerator.type if shape.accelerator else None
         key = f"nodegroup-{pool.name}"
         subnets = aws_network.private_subnet_refs(c, pool.spec.zones or self.zones)
@@ -495,10 +561,6 @@ class EKSCluster:
         }
         name = c.name("ng", pool.name)
         sizes = (size.minimum, max(size.maximum, 1), size.initial)
-        if not (capacity_block or efa):
-            for_provider |= {"instanceTypes": [shape.instance_type], "diskSize": shape.disk_size_gb}
-            self.node_group(key, name, for_provider, sizes, {"modelplane.ai/pool": pool.name})
-            return
         block = BLOCK_UNKNOWN
         desired = None
         if capacity_block:
@@ -524,7 +586,12 @@ class EKSCluster:
         lt = c.observed(f"launch-template-{pool.name}")
         # A Capacity Block pool's node group is created once the block has been observed (or
         # found missing), so one whose block starts later is created asking for no nodes.
-        seen_block = not capacity_block or c.observed(f"capacity-block-{pool.name}") is not None
+        block_seen = c.observed(f"capacity-block-{pool.name}")
+        # Read by the provider (a Ready or Synced condition), not merely created.
+        seen_block = not capacity_block or (
+            block_seen is not None
+            and (block_seen.condition("Ready") or block_seen.condition("Synced")) is not None
+        )
         c.keep_or_build(
             key,
             {
@@ -535,50 +602,13 @@ class EKSCluster:
             "launch template version and Capacity Block",
         )
 
-    def dra_floor(self, pool: Pool, size: Scaling) -> Scaling:
-        """An autoscaling pool whose pods claim devices through DRA never scales up from zero:
-        cluster-autoscaler's AWS cloud provider builds no ResourceSlices for an empty node group
-        (cluster-autoscaler docs/dra_support.md), so it sees no node that could take the claim.
-        Such a pool keeps one node."""
-        if not (size.autoscaling and size.minimum == 0 and size.maximum >= 1):
-            return size
-        if not any(d.claim == "DRA" for d in pool.cls.spec.devices):
-            return size
-        self.cloud.warn(
-            f"pool {pool.name!r}: minNodeCount 0 is raised to 1; its pods claim devices through "
-            "DRA, and cluster-autoscaler cannot scale an EKS node group up from zero for DRA "
-            "claims (it builds no ResourceSlices for an empty node group)",
-            reason="ScaleFromZeroUnsupported",
-        )
-        return Scaling(1, size.maximum, max(size.initial, 1), autoscaling=True)
-
     def launch_template(self, pool: Pool, facts: shapes.EC2Type | None, efa: bool) -> str:
-        """A launch template for a Capacity Block or EFA pool; returns its name."""
+        """A pool's launch template (template(), plus its Capacity Block and EFA interfaces);
+        returns its name."""
         c, shape = self.cloud, pool.shape
         key = f"launch-template-{pool.name}"
         name = c.name("lt", pool.name)
-        for_provider: dict = {
-            "name": name,
-            "instanceType": shape.instance_type,
-            "updateDefaultVersion": True,
-            "blockDeviceMappings": [
-                {
-                    "deviceName": "/dev/xvda",
-                    "ebs": {
-                        "volumeSize": shape.disk_size_gb,
-                        "volumeType": "gp3",
-                        "encrypted": "true",
-                        "deleteOnTermination": "true",
-                    },
-                }
-            ],
-            # IMDSv2 only, one hop: pods (model code among them) cannot read the node role's
-            # credentials. Every controller that needs AWS gets them through Pod Identity; the
-            # node's own agents run on the host network (EKS User Guide, best practices:
-            # "Restrict access to the instance profile assigned to the worker node").
-            "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1},
-            "tags": self.tags,
-        }
+        for_provider = self.template(name, shape.instance_type, shape.disk_size_gb)
         capacity_block = pool.spec.capacity_block
         if capacity_block:
             for_provider["instanceMarketOptions"] = {"marketType": "capacity-block"}
@@ -797,6 +827,14 @@ class EKSCluster:
                 "encrypted": True,
                 "performanceMode": "generalPurpose",
                 "throughputMode": "elastic",
+                # A cache no one read for 30 days (a deleted cache's files among them: the
+                # driver does not delete them, below) moves to Infrequent Access, priced a
+                # fraction of Standard per GiB, and back on its first read (EFS lifecycle
+                # management; one transition per policy block, as the API takes them).
+                "lifecyclePolicy": [
+                    {"transitionToIa": "AFTER_30_DAYS"},
+                    {"transitionToPrimaryStorageClass": "AFTER_1_ACCESS"},
+                ],
                 "tags": self.tags,
             },
         )
@@ -852,7 +890,7 @@ class EKSCluster:
             "rbac": {"serviceAccount": {"name": "cluster-autoscaler"}},
             "extraArgs": {
                 "balance-similar-node-groups": True,
-                # GPU pools whose pods claim through DRA keep one node (dra_floor).
+                # GPU pools whose pods claim through DRA keep one node (Cloud.sizes).
                 "scale-down-unneeded-time": "10m",
                 "enable-dynamic-resource-allocation": True,
             },

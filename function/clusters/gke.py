@@ -27,7 +27,6 @@ from function.clusters.base import (
     Scaling,
     minor,
     pool_labels,
-    scaling,
     text,
 )
 from function.clusters.facts import ClusterFacts
@@ -42,6 +41,10 @@ STORAGE_CLASS = "modelplane-rwx"
 # "Service tiers"); enterprise is regional, which a cache that can be downloaded again does not
 # need, and basic HDD reads at 100 MiB/s.
 FILESTORE_TIER = "zonal"
+# GPU pools upgrade one node at a time with no extra node: a surge node is one more 8-GPU machine,
+# which quota or capacity often refuses, stalling the upgrade (GKE "Surge upgrades": maxSurge 0
+# with maxUnavailable 1 upgrades in place, a node down at a time).
+GPU_UPGRADE = {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
 # Filestore volumes stay Pending until the project has the API (a ProjectService never disables
 # it again: other clusters of the project may use it).
 FILESTORE_API = "file.googleapis.com"
@@ -329,7 +332,13 @@ class GKECluster:
         )
 
     def node_pool_mr(
-        self, key: str, name: str, node_config: dict, zones: list[str], size: Scaling
+        self,
+        key: str,
+        name: str,
+        node_config: dict,
+        zones: list[str],
+        size: Scaling,
+        upgrade: dict | None = None,
     ) -> None:
         """A regional node pool as GKE sizes it: node counts are per zone, autoscaling limits
         are totals. Its nodes run as the node account and follow the control plane's version."""
@@ -355,6 +364,8 @@ class GKECluster:
         version = self.master_version() or self.seen(key, "version")
         if version:
             for_provider["version"] = version
+        if upgrade:
+            for_provider["upgradeSettings"] = dict(upgrade)
         init_provider = None
         if size.autoscaling:
             count = len(zones) or DEFAULT_ZONES
@@ -414,7 +425,7 @@ class GKECluster:
     def node_pool(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape
         self.check_shape(pool)
-        size = scaling(pool.spec)
+        size = c.sizes(pool, "GKE")
         if size.autoscaling:
             size = Scaling(size.minimum, max(size.maximum, 1), size.initial, autoscaling=True)
         zones = pool.spec.zones
@@ -446,6 +457,7 @@ class GKECluster:
             },
             pool.spec.zones,
             size,
+            upgrade=GPU_UPGRADE,
         )
 
     def check_shape(self, pool: Pool) -> None:

@@ -26,7 +26,6 @@ from function.clusters.base import (
     Pool,
     pool_labels,
     pool_version,
-    scaling,
 )
 from function.clusters.eks import gpu_devices
 from function.clusters.facts import ClusterFacts
@@ -302,7 +301,7 @@ class NebiusCluster:
         fabric = infiniband_fabric(pool.spec)
         if fabric:
             template["gpuCluster"] = {"idRef": {"name": c.name("gpu-cluster", fabric)}}
-        size = scaling(pool.spec)
+        size = c.sizes(pool, "Nebius")
         if size.autoscaling:
             # mk8s scales the group itself between these bounds; it has no initial size, so the
             # group starts at its minimum and grows with pending pods.

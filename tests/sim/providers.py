@@ -115,18 +115,19 @@ def _versioned(service: str, resource: str, field: str) -> Callable[[dict, World
 
 
 def _node_group(body: dict, world: World) -> dict:
-    """A node group reports its version (as _versioned) and its Auto Scaling group's sizes: the
-    desired size the spec sets, else the one it was created with, which EKS and the autoscaler
-    keep at least the minimum (a minimum raised above the desired size comes with a desired
-    size in the same update, or EKS refuses it)."""
+    """A node group reports its version (as _versioned) and its Auto Scaling group's sizes: those
+    forProvider sends, else the ones it was created with (initProvider); a desired size not sent
+    is the created one, which EKS and the autoscaler keep at least the minimum."""
     report = _versioned("eks", "nodegroup", "version")(body, world)
-    scaling = _for_provider(body).get("scalingConfig") or {}
+    sent = _for_provider(body).get("scalingConfig") or {}
     created = ((body.get("spec") or {}).get("initProvider") or {}).get("scalingConfig") or {}
-    desired = scaling.get("desiredSize")
+    minimum = sent.get("minSize", created.get("minSize", 0))
+    maximum = sent.get("maxSize", created.get("maxSize"))
+    desired = sent.get("desiredSize")
     if desired is None:
-        desired = max(created.get("desiredSize", 0), scaling.get("minSize", 0))
-    sizes = {"minSize": scaling.get("minSize"), "maxSize": scaling.get("maxSize")}
-    return {**report, "scalingConfig": {**sizes, "desiredSize": desired}}
+        desired = max(created.get("desiredSize", 0), minimum)
+    sizes = {"minSize": minimum, "maxSize": maximum, "desiredSize": desired}
+    return {**report, "scalingConfig": sizes}
 
 
 def _launch_template(body: dict, world: World) -> dict:

@@ -30,6 +30,12 @@ def converge(xr: dict, classes: list[dict], world: World | None = None):
     return sim.converge(xr, all_classes(classes), world)
 
 
+def composed(xr: dict, classes: list[dict]):
+    """The second pass: node groups wait for their launch template's version."""
+    first = compose_cluster(xr, all_classes(classes), Observed())
+    return compose_cluster(xr, all_classes(classes), reported(first))
+
+
 def test_zone_cidrs_come_from_the_zone_letter_and_never_overlap():
     region = "us-west-2"
     zones = [region + letter for letter in aws_network.ZONE_LETTERS]
@@ -147,7 +153,7 @@ LATER_BLOCK = World(capacity_reservations={RESERVATION: {**MATCHING, "startDate"
 
 def group_sizes(out) -> tuple[dict, dict]:
     spec = out.resources["nodegroup-gpu-h200"].body["spec"]
-    return spec["forProvider"]["scalingConfig"], spec["initProvider"]["scalingConfig"]
+    return spec["forProvider"].get("scalingConfig"), spec["initProvider"]["scalingConfig"]
 
 
 def test_a_block_that_has_not_started_asks_for_no_nodes_and_says_when_it_starts():
@@ -155,8 +161,8 @@ def test_a_block_that_has_not_started_asks_for_no_nodes_and_says_when_it_starts(
     with clock.fixed(BEFORE):
         out = converge(xr, classes, LATER_BLOCK)
     scaling, created = group_sizes(out)
-    assert scaling == {"minSize": 0, "maxSize": 2}
-    assert created == {"desiredSize": 0}
+    assert scaling is None  # created from initProvider, never sent again
+    assert created == {"minSize": 0, "maxSize": 2, "desiredSize": 0}
     (warning,) = [r for r in out.results if r.reason == "CapacityBlockPending"]
     assert f"capacity block {RESERVATION} of pool 'gpu-h200' starts at {STARTS}" in warning.message
     ready = next(c for c in out.conditions if c.type == "ClusterReady")
@@ -175,8 +181,9 @@ def test_when_the_block_starts_its_group_is_lifted_once_then_left_to_the_autosca
         # In one update: EKS refuses a minimum above the desired size.
         assert scaling == {"minSize": 2, "maxSize": 2, "desiredSize": 2}
         settled = sim.converge(xr, all_classes(classes), LATER_BLOCK)
-    scaling, _ = group_sizes(settled)
-    assert scaling == {"minSize": 2, "maxSize": 2}
+    scaling, created = group_sizes(settled)
+    assert scaling is None  # the autoscaler's again
+    assert created == {"minSize": 2, "maxSize": 2, "desiredSize": 2}
     assert not [r for r in settled.results if r.reason == "CapacityBlockPending"]
     assert next(c for c in settled.conditions if c.type == "ClusterReady").status
 
@@ -186,11 +193,44 @@ def test_near_its_end_nothing_holds_the_group_up():
     xr, classes = example("eks")
     with clock.fixed(NEAR_END):
         out = converge(xr, classes, LATER_BLOCK)
-    scaling, _ = group_sizes(out)
-    assert scaling == {"minSize": 0, "maxSize": 2}
+    scaling, created = group_sizes(out)
+    assert scaling is None
+    assert created["minSize"] == 0
     assert [r.reason for r in out.results if r.reason.startswith("CapacityBlockEnd")] == [
         "CapacityBlockEnding"
     ]
+
+
+def test_sizes_are_sent_only_while_they_change_so_the_autoscaler_keeps_its_own():
+    """The desired size is the autoscaler's: sizes go in forProvider only for the update that
+    changes the bounds, with the reported desired size kept within them (EKS refuses a minimum
+    above it); upjet re-sends a desiredSize sitting beside forProvider's sizes on every sync."""
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes)
+    assert all(
+        "scalingConfig" not in d.body["spec"]["forProvider"]
+        for k, d in out.resources.items()
+        if d.body["kind"] == "NodeGroup"
+    )
+    seen = reported(out)
+    status = seen.resources["nodegroup-gpu-l4"].body["status"]["atProvider"]
+    status["scalingConfig"] = {"minSize": 1, "maxSize": 4, "desiredSize": 3}  # scaled up
+    assert (
+        "scalingConfig"
+        not in compose_cluster(xr, all_classes(classes), seen)
+        .resources["nodegroup-gpu-l4"]
+        .body["spec"]["forProvider"]
+    )
+    raised = copy.deepcopy(xr)
+    raised["spec"]["nodePools"][0]["minNodeCount"] = 4
+    again = compose_cluster(raised, all_classes(classes), seen)
+    sent = again.resources["nodegroup-gpu-l4"].body["spec"]["forProvider"]["scalingConfig"]
+    assert sent == {"minSize": 4, "maxSize": 4, "desiredSize": 4}
+    lowered = copy.deepcopy(xr)
+    lowered["spec"]["nodePools"][0]["maxNodeCount"] = 2
+    again = compose_cluster(lowered, all_classes(classes), seen)
+    sent = again.resources["nodegroup-gpu-l4"].body["spec"]["forProvider"]["scalingConfig"]
+    assert sent == {"minSize": 1, "maxSize": 2, "desiredSize": 2}
 
 
 def test_the_same_request_and_clock_give_the_same_answer():
@@ -207,7 +247,10 @@ def test_capacity_block_node_group_and_launch_template():
     group = out.resources["nodegroup-gpu-h200"].body["spec"]
     assert group["forProvider"]["capacityType"] == "CAPACITY_BLOCK"
     assert "instanceTypes" not in group["forProvider"]
-    assert group["initProvider"] == {"scalingConfig": {"desiredSize": 2}}
+    assert group["initProvider"] == {
+        "scalingConfig": {"minSize": 2, "maxSize": 2, "desiredSize": 2}
+    }
+    assert "scalingConfig" not in group["forProvider"]
     assert "LateInitialize" not in group["managementPolicies"]
     lt = out.resources["launch-template-gpu-h200"].body["spec"]["forProvider"]
     assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
@@ -275,10 +318,11 @@ def test_autoscaling_range_without_a_size_starts_at_its_minimum():
     xr, classes = example("eks-on-demand")
     pool = xr["spec"]["nodePools"][0]
     pool.update(nodeCount=1, minNodeCount=2, maxNodeCount=10)
-    out = compose_cluster(xr, all_classes(classes), Observed())
+    out = composed(xr, classes)
     spec = out.resources["nodegroup-gpu-l4"].body["spec"]
-    assert spec["forProvider"]["scalingConfig"] == {"minSize": 2, "maxSize": 10}
-    assert spec["initProvider"] == {"scalingConfig": {"desiredSize": 2}}
+    assert spec["initProvider"] == {
+        "scalingConfig": {"minSize": 2, "maxSize": 10, "desiredSize": 2}
+    }
     assert out.status["gpuPools"][0]["nodes"] == 10
 
 
@@ -286,15 +330,19 @@ def test_fixed_pool_and_pool_without_zones():
     xr, classes = example("eks-on-demand")
     xr["spec"]["nodePools"][1].pop("maxNodeCount")
     xr["spec"]["nodePools"][1]["nodeCount"] = 3
-    out = compose_cluster(xr, all_classes(classes), Observed())
+    out = composed(xr, classes)
     spec = out.resources["nodegroup-gpu-l40s"].body["spec"]
-    assert spec["forProvider"]["scalingConfig"] == {"minSize": 3, "maxSize": 3}
+    assert spec["initProvider"]["scalingConfig"] == {"minSize": 3, "maxSize": 3, "desiredSize": 3}
     # No zones: every private subnet of the cluster.
     assert [r["name"] for r in spec["forProvider"]["subnetIdRefs"]] == [
         out.resources["subnet-private-us-west-2a"].body["metadata"]["name"],
         out.resources["subnet-private-us-west-2b"].body["metadata"]["name"],
     ]
-    assert spec["forProvider"]["instanceTypes"] == ["g6e.12xlarge"]
+    # The instance type and disk come from the pool's launch template (IMDS closed to pods).
+    assert "instanceTypes" not in spec["forProvider"]
+    lt = out.resources["launch-template-gpu-l40s"].body["spec"]["forProvider"]
+    assert lt["instanceType"] == "g6e.12xlarge"
+    assert spec["forProvider"]["launchTemplate"]["name"] == lt["name"]
     assert spec["forProvider"]["taint"] == [
         {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
     ]
@@ -304,7 +352,7 @@ def test_pool_names_that_are_label_values_get_valid_cloud_names():
     xr, classes = example("eks-on-demand")
     xr["spec"]["nodePools"][0]["name"] = "H100_Pool"
     xr["spec"]["nodePools"][1]["name"] = "h100-pool"
-    out = compose_cluster(xr, all_classes(classes), Observed())
+    out = composed(xr, classes)
     a = out.resources["nodegroup-H100_Pool"].body
     b = out.resources["nodegroup-h100-pool"].body
     assert a["metadata"]["name"] != b["metadata"]["name"]
@@ -367,6 +415,9 @@ def test_a_pool_added_in_a_new_zone_removes_and_rewrites_nothing_of_the_others()
         {"name": "gpu-c", "className": "eks-l40s-4x-g6e", "nodeCount": 1, "zones": ["us-west-2c"]}
     )
     after = compose_cluster(grown, all_classes(classes), reported(out))
+    assert changed(out, after) == set()
+    # The new pool's node group follows its launch template's first report.
+    after = compose_cluster(grown, all_classes(classes), reported(after))
     assert changed(out, after) == set()
     ng = after.resources["nodegroup-gpu-c"].body["spec"]["forProvider"]
     assert [r["name"] for r in ng["subnetIdRefs"]] == [
@@ -502,7 +553,7 @@ def test_a_capacity_block_group_is_scaled_to_zero_upgraded_and_restored():
         body = again.resources["nodegroup-gpu-h200"].body
         spec = body["spec"]["forProvider"]
         note = body["metadata"].get("annotations", {}).get("modelplane.ai/restore-desired-size")
-        state = (spec.get("version"), spec["scalingConfig"], note)
+        state = (spec.get("version"), spec.get("scalingConfig"), note)
         if not seen or seen[-1] != state:
             seen.append(state)
         if again.resources == out.resources:
@@ -510,11 +561,11 @@ def test_a_capacity_block_group_is_scaled_to_zero_upgraded_and_restored():
         out = again
     scaled = {"minSize": 0, "maxSize": 2, "desiredSize": 0}
     assert seen == [
-        ("1.36", {"minSize": 2, "maxSize": 2}, None),  # the control plane goes first
+        ("1.36", None, None),  # the control plane goes first
         ("1.36", scaled, "2"),  # drained at the old version
         ("1.37", scaled, "2"),  # upgraded with no node
         ("1.37", {"minSize": 2, "maxSize": 2, "desiredSize": 2}, "2"),  # restored
-        ("1.37", {"minSize": 2, "maxSize": 2}, None),  # the autoscaler's again
+        ("1.37", None, None),  # the autoscaler's again
     ]
     warnings = [r.message for r in again.results if r.reason == "CapacityBlockUpgrade"]
     assert not warnings  # said while it drains, not once it is done
@@ -602,8 +653,17 @@ def test_efs_addon_comes_after_its_pod_identity_and_never_needs_imds_to_delete()
 def test_gpu_launch_templates_give_pods_no_instance_metadata_and_clusters_standard_support():
     xr, classes = example("eks")
     out = converge(xr, classes, World(capacity_reservations={RESERVATION: MATCHING}))
-    lt = out.resources["launch-template-gpu-h200"].body["spec"]["forProvider"]
-    assert lt["metadataOptions"] == {"httpTokens": "required", "httpPutResponseHopLimit": 1}
+    groups = [k for k, d in out.resources.items() if d.body["kind"] == "NodeGroup"]
+    assert "system-nodegroup" in groups and len(groups) >= 2
+    for key in groups:
+        launch = out.resources[key].body["spec"]["forProvider"]["launchTemplate"]["name"]
+        (lt,) = [
+            d.body["spec"]["forProvider"]
+            for d in out.resources.values()
+            if d.body["kind"] == "LaunchTemplate"
+            and d.body["spec"]["forProvider"]["name"] == launch
+        ]
+        assert lt["metadataOptions"] == {"httpTokens": "required", "httpPutResponseHopLimit": 1}
     cluster = out.resources["cluster"].body["spec"]["forProvider"]
     assert cluster["upgradePolicy"] == {"supportType": "STANDARD"}
 
@@ -614,10 +674,9 @@ def test_gpu_launch_templates_give_pods_no_instance_metadata_and_clusters_standa
 def test_a_dra_pool_at_zero_keeps_one_node_and_says_so():
     xr, classes = example("eks-on-demand")
     xr["spec"]["nodePools"][0].update(minNodeCount=0, nodeCount=0)
-    out = compose_cluster(xr, all_classes(classes), Observed())
+    out = composed(xr, classes)
     spec = out.resources["nodegroup-gpu-l4"].body["spec"]
-    assert spec["forProvider"]["scalingConfig"] == {"minSize": 1, "maxSize": 4}
-    assert spec["initProvider"] == {"scalingConfig": {"desiredSize": 1}}
+    assert spec["initProvider"] == {"scalingConfig": {"minSize": 1, "maxSize": 4, "desiredSize": 1}}
     warnings = [r.message for r in out.results if r.reason == "ScaleFromZeroUnsupported"]
     assert len(warnings) == 1 and "pool 'gpu-l4'" in warnings[0]
     # A pool whose class claims nothing through DRA may still sit at zero.
@@ -625,10 +684,11 @@ def test_a_dra_pool_at_zero_keeps_one_node_and_says_so():
     for c in plain:
         for device in c["spec"]["devices"]:
             device["claim"] = "Synthetic"
-    out = compose_cluster(xr, all_classes(plain), Observed())
-    assert out.resources["nodegroup-gpu-l4"].body["spec"]["forProvider"]["scalingConfig"] == {
+    out = composed(xr, plain)
+    assert out.resources["nodegroup-gpu-l4"].body["spec"]["initProvider"]["scalingConfig"] == {
         "minSize": 0,
         "maxSize": 4,
+        "desiredSize": 0,
     }
 
 

@@ -80,9 +80,8 @@ def test_a_gke_pool_made_with_gkes_driver_keeps_it_and_says_how_to_move():
     (warning,) = [r for r in again.results if r.reason == "KeptLiveField"]
     name = out.resources[key].body["metadata"]["name"]
     assert warning.severity == "Warning"
-    assert f"NodePool {name} ({key}): forProvider.nodeConfig.guestAccelerator stays" in (
-        warning.message
-    )
+    assert warning.message.startswith(f"NodePool {name} ({key}) keeps what cannot change")
+    assert "forProvider.nodeConfig.guestAccelerator stays" in warning.message
     assert '"gpuDriverVersion":"LATEST"' in warning.message
     assert '"gpuDriverVersion":"INSTALLATION_DISABLED"' in warning.message
     assert "guest_accelerator ForceNew" in warning.message
@@ -147,6 +146,21 @@ def test_a_new_default_that_would_replace_applies_to_new_resources_only():
     assert spec == {"amiType": "AL2023_x86_64_NVIDIA"}
     (warning,) = results
     assert "forProvider.diskSize stays unset" in warning.message
+
+
+def test_a_block_the_live_resource_lacks_stays_absent_whole():
+    """A launch template added to a node group created without one: the whole block stays out
+    (not a launchTemplate with a version and no name), and the sizes it replaced stay."""
+    spec, results = _one(
+        "NodeGroup",
+        "eks.aws.m.upbound.io",
+        {"instanceTypes": ["g6.xlarge"], "diskSize": 100},
+        {"launchTemplate": {"name": "lt-x", "version": "1"}},
+    )
+    assert spec == {"instanceTypes": ["g6.xlarge"], "diskSize": 100}
+    (warning,) = results
+    assert "forProvider.launchTemplate.name stays unset" in warning.message
+    assert "forProvider.diskSize stays 100" in warning.message
 
 
 def test_a_field_the_release_stops_setting_keeps_its_live_value():

@@ -300,8 +300,10 @@ def test_fixed_pool_has_a_fixed_node_count():
     ("pool", "expected", "normal"),
     [
         ({"minNodeCount": 1, "maxNodeCount": 4}, {"minNodeCount": 1, "maxNodeCount": 4}, False),
-        ({"maxNodeCount": 4}, {"minNodeCount": 0, "maxNodeCount": 4}, True),
-        ({"nodeCount": 0, "maxNodeCount": 4}, {"minNodeCount": 0, "maxNodeCount": 4}, False),
+        # The class claims its GPUs through DRA: mk8s's autoscaler documents no scale-up from
+        # zero for DRA claims, so such a pool keeps one node (Cloud.sizes), with a Warning.
+        ({"maxNodeCount": 4}, {"minNodeCount": 1, "maxNodeCount": 4}, False),
+        ({"nodeCount": 0, "maxNodeCount": 4}, {"minNodeCount": 1, "maxNodeCount": 4}, False),
         (
             {"nodeCount": 3, "minNodeCount": 1, "maxNodeCount": 4},
             {"minNodeCount": 1, "maxNodeCount": 4},
@@ -323,6 +325,9 @@ def test_autoscaling_pool_scales_between_its_bounds_from_its_minimum(pool, expec
     said = [r for r in out.results if r.reason == "AutoscalingFromMinimum"]
     assert bool(said) == normal
     assert all(r.severity == "Normal" for r in said)
+    raised = [r for r in out.results if r.reason == "ScaleFromZeroUnsupported"]
+    assert bool(raised) == ("minNodeCount" not in pool)
+    assert all("pool 'gpu-l40s'" in r.message and "Nebius" in r.message for r in raised)
     assert out.status["gpuPools"][1]["nodes"] == 4
 
 

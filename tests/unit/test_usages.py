@@ -175,8 +175,12 @@ def test_every_eks_identity_outlives_what_acts_with_it():
             for user in by:
                 assert user in keys, user
                 assert (identity, user) in pairs, (identity, user)
-    # And so, through the chain, the cluster role outlives the whole stack on the cluster.
+    # And so, through the chain, the cluster role outlives the whole stack on the cluster; and
+    # the nodes outlive the stack, whose controllers clear their finalizers as it uninstalls.
     assert outlives(pairs, "iam-role-cluster", "release-envoy-gateway")
+    for group in node_groups:
+        assert (group, "cluster-auth") in pairs
+        assert outlives(pairs, group, "release-envoy-gateway")
 
 
 def replica(name: str, namespace: str = "team-a") -> dict:
