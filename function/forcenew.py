@@ -325,6 +325,20 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
             move=NODES_GO,
         ),
     ),
+    # --- On the workload cluster: what the Kubernetes API refuses to update -----------------------
+    # An Object carries one manifest; only a StorageClass has these fields at its top level
+    # (ValidateStorageClassUpdate: parameters, provisioner, reclaimPolicy and volumeBindingMode
+    # are immutable). provider-kubernetes would be refused ("updates to ... are forbidden").
+    ("kubernetes.m.crossplane.io", "Object/StorageClass"): _frozen(
+        "Kubernetes API (storage.k8s.io/v1 StorageClass update validation): parameters, "
+        "provisioner, reclaimPolicy, volumeBindingMode are immutable",
+        "manifest.parameters",
+        "manifest.provisioner",
+        "manifest.reclaimPolicy",
+        "manifest.volumeBindingMode",
+        move="delete the StorageClass on the workload cluster (bound volumes stay); the "
+        "function creates it again",
+    ),
     # --- Nebius: terraform-provider-nebius v0.6.22 (RequiresReplace) -----------------------------
     ("compute.nebius.m.upbound.io", "Filesystem"): _frozen(
         f"{TF_NEBIUS}: compute/v1 filesystem type", "type"
@@ -362,6 +376,16 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
 }
 
 _MISSING = object()
+
+
+def _kind_key(body: dict) -> tuple[str, str]:
+    """(API group, kind) of a composed resource; an Object's as Object/<its manifest's kind>,
+    so only the manifests with immutable fields are looked at."""
+    group, kind = body.get("apiVersion", "").split("/")[0], body.get("kind", "")
+    if kind == "Object":
+        manifest = body.get("spec", {}).get("forProvider", {}).get("manifest") or {}
+        kind = f"Object/{manifest.get('kind')}"
+    return group, kind
 
 
 def _at(node: Any, path: tuple[str, ...]) -> Any:
@@ -404,8 +428,8 @@ def keep_live(
     results: list[Result] = []
     for key, desired in resources.items():
         body = desired.body
-        api_version, kind = body.get("apiVersion", ""), body.get("kind", "")
-        frozen = FORCE_NEW.get((api_version.split("/")[0], kind))
+        kind = body.get("kind", "")
+        frozen = FORCE_NEW.get(_kind_key(body))
         seen = observed.resources.get(key) if frozen else None
         if seen is None or seen.get("kind") != kind:
             continue

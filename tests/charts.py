@@ -115,15 +115,17 @@ def _template(path: Path, name: str, namespace: str, values: str, helm: str) -> 
     return tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
 
 
-def template(release: dict, helm: str | None = None) -> tuple[dict, ...]:
+def template(release: dict, helm: str | None = None, *, again: bool = False) -> tuple[dict, ...]:
     """The manifests provider-helm installs for a Release (CRDs included), rendered by `helm`
-    (default: helm_bin())."""
+    (default: helm_bin()); again: rendered anew, not the kept rendering (what a chart draws at
+    random, a generated CA say, differs between two)."""
     chart = chart_of(release)
     path = chart_path(chart["name"], chart["version"])
     assert path is not None, f"no chart {chart['name']} {chart['version']} in {charts_dir()}"
     values = json.dumps(release["spec"]["forProvider"].get("values") or {}, sort_keys=True)
     namespace = release["spec"]["forProvider"]["namespace"]
-    return _template(path, release_name(release), namespace, values, helm or helm_bin())
+    render = _template.__wrapped__ if again else _template
+    return render(path, release_name(release), namespace, values, helm or helm_bin())
 
 
 # --- which values a chart reads --------------------------------------------------------------------

@@ -518,7 +518,9 @@ class GKECluster:
                 "filestore.csi.storage.gke.io",
                 parameters={"tier": FILESTORE_TIER, "network": network_name},
                 reclaimPolicy="Delete",
-                volumeBindingMode="Immediate",
+                # The zonal instance is made where the first pod using it runs, not in any zone
+                # of the region (GKE "Filestore CSI driver": WaitForFirstConsumer).
+                volumeBindingMode="WaitForFirstConsumer",
                 allowVolumeExpansion=True,
             )
             c.put(key, provider_config, manifest)

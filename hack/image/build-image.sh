@@ -102,12 +102,17 @@ mmpid=$!
 
 # 1: the wheel.
 mkdir -p "$work/src" "$work/wheels"
-tar -C "$src" --exclude=__pycache__ --exclude='*.pyc' --exclude=function/serving/crds \
+# The workload CRDs from the checkout's own pinned Go module (go is needed), never a stale local
+# copy; a checkout from before hack/crds (v0.1.0) carries them in git.
+fetch="$src/hack/crds/fetch.sh"
+[ -x "$fetch" ] && skip=(--exclude=function/serving/crds) || skip=()
+tar -C "$src" --exclude=__pycache__ --exclude='*.pyc' "${skip[@]}" \
   -cf - pyproject.toml README.md function | tar -C "$work/src" -xf -
-# The workload CRDs from the checkout's own pinned Go module (go is needed), never a stale local copy.
-if [ -x "$src/hack/crds/fetch.sh" ]; then
-  "$src/hack/crds/fetch.sh" "$work/src/function/serving/crds"
+if [ -x "$fetch" ]; then
+  "$fetch" "$work/src/function/serving/crds"
 fi
+[ -f "$work/src/function/serving/crds/inference.networking.k8s.io_inferencepools.yaml" ] \
+  || die "no workload CRDs for the wheel (hack/crds/fetch.sh)"
 # The pinned pip and hatchling go into a venv without the host Python's bundled pip when the host's
 # pip can install into another interpreter (pip 22.3+, --python): much faster than ensurepip.
 build_reqs=(install -q --no-compile --no-deps --require-hashes -r "$here/requirements-build.txt")

@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE_INPUTS = ("pyproject.toml", "README.md", "function")  # what build-image.sh reads
+# What build-image.sh reads: the wheel's sources, and the pinned module of the CRDs it fetches.
+IMAGE_INPUTS = ("pyproject.toml", "README.md", "function", "hack/crds")
 TOOLS = ("mmdebstrap", "dpkg-deb", "unshare", "chroot", "mount", "mknod", "tar", "git", "make")
 MAKE = ("make", "--no-print-directory", "-C", str(ROOT))
 TARBALL = Path("image") / "runtime-amd64.tar"  # where `make image` puts it under PKG_OUT

@@ -163,6 +163,31 @@ def test_a_block_the_live_resource_lacks_stays_absent_whole():
     assert "forProvider.diskSize stays 100" in warning.message
 
 
+def test_a_storage_class_keeps_its_binding_mode_on_a_live_cluster():
+    """The API server refuses to update a StorageClass's binding mode: a live one keeps it, and
+    the XR says how to move (GKE's Filestore class now binds where the first pod runs)."""
+    manifest = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "provisioner": "x"}
+    spec, results = _one(
+        "Object",
+        "kubernetes.m.crossplane.io",
+        {"manifest": {**manifest, "volumeBindingMode": "Immediate"}},
+        {"manifest": {**manifest, "volumeBindingMode": "WaitForFirstConsumer"}},
+    )
+    assert spec["manifest"]["volumeBindingMode"] == "Immediate"
+    (warning,) = results
+    assert 'forProvider.manifest.volumeBindingMode stays "Immediate"' in warning.message
+    assert "delete the StorageClass on the workload cluster" in warning.message
+    # Any other manifest is updated as it comes.
+    other = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 1}}
+    spec, results = _one(
+        "Object",
+        "kubernetes.m.crossplane.io",
+        {"manifest": other},
+        {"manifest": {**other, "spec": {"replicas": 2}}},
+    )
+    assert spec["manifest"]["spec"] == {"replicas": 2} and not results
+
+
 def test_a_field_the_release_stops_setting_keeps_its_live_value():
     spec, results = _one("NodeGroup", "eks.aws.m.upbound.io", {"capacityType": "ON_DEMAND"}, {})
     assert spec == {"capacityType": "ON_DEMAND"}
@@ -234,11 +259,14 @@ def _crd_schemas() -> dict[tuple[str, str], dict]:
 def test_every_frozen_field_is_a_field_of_its_kind():
     """A typo in the table would freeze nothing: each path exists in the real CRD."""
     schemas = _crd_schemas()
-    for (group, kind), fields in forcenew.FORCE_NEW.items():
+    for (group, kinds), fields in forcenew.FORCE_NEW.items():
+        kind = kinds.split("/")[0]  # Object/<manifest kind>: the Object's schema
         assert (group, kind) in schemas, (group, kind)
         for field in fields:
             node = schemas[(group, kind)]
             for step in field.path:
+                if node.get("x-kubernetes-preserve-unknown-fields"):
+                    break  # an embedded manifest (an Object's): its own kind's schema decides
                 node = node.get("properties", {}).get(step) or node.get("items", {}).get(
                     "properties", {}
                 ).get(step)
