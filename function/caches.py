@@ -312,9 +312,7 @@ class Made:
     given: tuple  # the composite, the required resources, the installed kinds, ask_first
     names: frozenset[str]  # the observed resources' names
     read: tuple[tuple[str, tuple | bytes], ...]  # what tells each observed resource read
-    out: Output
-    # Every comparison with the wall clock and its answer (function/clock.py); mostly none.
-    clock: tuple = ()
+    out: Output  # with its comparisons with the wall clock (out.clock, function/clock.py)
 
 
 def _made_weight(_: Any, made: Made) -> int:
@@ -343,12 +341,12 @@ def composition(
     """The composition kept at where if it was made from what is given now, else compose()'s
     (which says what told each observed resource it read)."""
     made = COMPOSED.find(where)
-    if made is not None and _still(made, given, observed) and clock.still(made.clock):
+    if made is not None and _still(made, given, observed) and clock.still(made.out.clock):
         return made.out
     with clock.recording() as told:
         out, read = compose()
     out.clock = tuple(told)
-    COMPOSED.put(where, Made(given, frozenset(observed), tuple(read.items()), out, out.clock))
+    COMPOSED.put(where, Made(given, frozenset(observed), tuple(read.items()), out))
     return out
 
 
