@@ -29,8 +29,16 @@ class SecretKey:
 
 @dataclass(frozen=True)
 class Identity:
+    """How provider-kubernetes and provider-helm authenticate to the cluster beyond its kubeconfig:
+    credentials in a Secret, or (secret None) the providers' own injected identity."""
+
     type: str
-    secret: SecretKey
+    secret: SecretKey | None
+
+    def spec(self) -> dict:
+        if self.secret is None:
+            return {"type": self.type, "source": "InjectedIdentity"}
+        return {"type": self.type, "source": "Secret", "secretRef": self.secret.ref()}
 
 
 def render(
@@ -42,11 +50,7 @@ def render(
     for provider, api_version in API_VERSIONS.items():
         spec: dict = {"credentials": {"source": "Secret", "secretRef": kubeconfig.ref()}}
         if identity is not None:
-            spec["identity"] = {
-                "type": identity.type,
-                "source": "Secret",
-                "secretRef": identity.secret.ref(),
-            }
+            spec["identity"] = identity.spec()
         resources[f"provider-config-{provider}"] = Desired(
             body={
                 "apiVersion": api_version,

@@ -120,7 +120,11 @@ class Cloud:
         while the cloud ProviderConfig it came from cannot be read."""
         seen = self.observed("provider-config-helm")
         identity = seen.get("spec", "identity") if seen else None
-        if not isinstance(identity, dict) or not isinstance(identity.get("secretRef"), dict):
+        if not isinstance(identity, dict):
+            return None
+        if identity.get("source") == "InjectedIdentity":
+            return Identity(identity.get("type", ""), None)
+        if not isinstance(identity.get("secretRef"), dict):
             return None
         ref = identity["secretRef"]
         return Identity(

@@ -71,6 +71,12 @@ NODE_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregist
 # provider-upjet-gcp writes the decoded JSON key of a ServiceAccountKey under this key.
 KEY_SECRET_KEY = "private_key"  # noqa: S105 - the name of a key in a Secret
 IDENTITY_TYPE = "GoogleApplicationCredentials"
+# GCP ProviderConfig sources that hold no key. The cluster's ProviderConfigs then take the
+# providers' own Google identity (application default credentials: provider-kubernetes v1.3.1
+# pkg/kube/client/gke.WrapRESTConfig with no credentials), which the operator gives
+# provider-kubernetes and provider-helm as the GCP provider has its own (README, GKE access).
+KEYLESS_SOURCES = frozenset({"InjectedIdentity", "ImpersonateServiceAccount"})
+INJECTED = Identity(IDENTITY_TYPE, None)
 # 1.<minor>, then anything (a patch, a GKE build).
 IMAGE = "COS_CONTAINERD"
 SYSTEM_MACHINE_TYPE = "e2-standard-4"
@@ -93,6 +99,7 @@ class GKECluster:
         self.cluster_name = cloud.name("gke", limit=40)
         self.labels = {"modelplane-ai-cluster": names.cloud_name(cloud.xr)}
         self.key_secret = names.child_name(cloud.xr, "gcp-access-key")
+        self.key_ready = False
 
     def render(self) -> ClusterFacts:
         c = self.cloud
@@ -105,30 +112,53 @@ class GKECluster:
             )
             c.warn(message, reason="ProviderConfigNotFound")
         pools = c.pools("GKE", "gke")
+        keyless = self.keyless(config)
         self.network()
         self.project_service(project)
         self.service_account("node", NODE_ROLES, project)
         self.node_account = self.email("node", project) if project else None
-        self.service_account("access", (ACCESS_ROLE,), project)
-        self.access_key()
+        identity = INJECTED if keyless else self.access_key(project)
         self.control_plane(project)
         self.system_pool()
         for pool in pools:
             self.node_pool(pool)
-        # The stack uninstalls through the key; the key goes before its grant and the cluster.
-        c.anchors = ("access-key",)
-        c.outlives += [("cluster", "access-key"), ("access-iam-member-0", "access-key")]
-        key_ready = c.is_ready("access-key") and c.is_ready("access-iam-member-0")
-        identity = Identity(IDENTITY_TYPE, SecretKey(self.key_secret, KEY_SECRET_KEY))
-        if not key_ready:  # ProviderConfigs made with another identity keep it until then
-            identity = c.remembered_identity() or identity
-        provider_config = c.provider_configs(c.is_ready("cluster") and key_ready, identity)
+        reachable = c.is_ready("cluster") and (keyless or self.key_ready)
+        provider_config = c.provider_configs(reachable, identity)
         self.driver_installer(provider_config)
         storage_class = self.storage_class(provider_config)
         facts = c.facts(provider_config, storage_class)
         facts.nvidia_driver_root = NVIDIA_DRIVER_ROOT
         facts.nvidia_driver_installers = (DRIVER_INSTALLER_KEY,)
         return facts
+
+    def keyless(self, config) -> bool:
+        """Whether the cluster is reached without a key: the GCP ProviderConfig holds no key
+        (InjectedIdentity, impersonation), so organisations that forbid keys
+        (iam.disableServiceAccountKeyCreation) can run it. A cluster composed with a key keeps
+        it: a changed ProviderConfig never removes what reaches a running stack."""
+        c = self.cloud
+        if any(c.observed(k) is not None for k in ("access-service-account", "access-key")):
+            return False
+        remembered = c.remembered_identity()
+        if remembered is not None and remembered.secret is None:
+            return True
+        credentials = (config.spec or {}).get("credentials") or {}
+        return credentials.get("source") in KEYLESS_SOURCES
+
+    def access_key(self, project: str | None) -> Identity:
+        """The access account, its grant and its JSON key; the identity the ProviderConfigs
+        take from the key's Secret once it is ready."""
+        c = self.cloud
+        self.service_account("access", (ACCESS_ROLE,), project)
+        self.key()
+        # The stack uninstalls through the key; the key goes before its grant and the cluster.
+        c.anchors = ("access-key",)
+        c.outlives += [("cluster", "access-key"), ("access-iam-member-0", "access-key")]
+        self.key_ready = c.is_ready("access-key") and c.is_ready("access-iam-member-0")
+        identity = Identity(IDENTITY_TYPE, SecretKey(self.key_secret, KEY_SECRET_KEY))
+        if not self.key_ready:  # ProviderConfigs made with another identity keep it until then
+            return c.remembered_identity() or identity
+        return identity
 
     def mr(self, key: str, api: str, kind: str, name: str, for_provider: dict, **kw) -> dict:
         return self.cloud.managed(key, api, kind, name, for_provider, **kw)
@@ -234,7 +264,7 @@ class GKECluster:
             build = functools.partial(grant, i)
             c.keep_or_build(f"{role}-iam-member-{i}", {"project": project}, build, waits)
 
-    def access_key(self) -> None:
+    def key(self) -> None:
         """The access account's JSON key, written to the Secret the ProviderConfigs read."""
         c = self.cloud
         if not c.when("access-key", "access-service-account" in c.resources, "the service account"):
@@ -349,9 +379,13 @@ class GKECluster:
         for_provider: dict = {
             "clusterRef": {"name": self.cluster_name},
             "location": self.region,
-            # A release channel keeps auto-upgrade on; the version below is the one GKE's
-            # auto-upgrade moves the pool to as well, so the two never fight.
-            "management": {"autoRepair": True, "autoUpgrade": True},
+            # One upgrade model: the function sets each pool's version (below) and leaves
+            # auto-upgrade unset. GKE keeps it on (its default, and a release channel cannot turn
+            # it off), but it only ever moves nodes to the control plane's version, which is the
+            # version the pool asks for; so the two never disagree (NodePool CRD: setting both
+            # "will fight"). Nodes do not follow a manually upgraded control plane on their own
+            # (GKE "Standard cluster upgrades"), so the version is what moves every node.
+            "management": {"autoRepair": True},
             "nodeConfig": {
                 "imageType": IMAGE,
                 "oauthScopes": OAUTH,

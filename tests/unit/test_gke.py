@@ -114,21 +114,11 @@ ACCESS_IDENTITY = {
 }
 
 
-@pytest.mark.parametrize(
-    "credentials",
-    [
-        {"source": "Secret", "secretRef": {"namespace": "x", "name": "gcp", "key": "k.json"}},
-        {"source": "InjectedIdentity"},
-        {"source": "ImpersonateServiceAccount", "impersonateServiceAccount": {"name": "sa@p"}},
-    ],
-    ids=["secret", "injected-identity", "impersonation"],
-)
-def test_provider_configs_reach_the_cluster_with_its_own_key_whatever_the_gcp_credentials(
-    credentials,
-):
+def test_a_gcp_provider_config_with_a_key_gets_the_cluster_a_key_of_its_own():
     xr, classes = example("gke")
     configs = provider_configs("gke")
-    configs[0]["spec"]["credentials"] = credentials
+    secret = {"namespace": "x", "name": "gcp", "key": "k.json"}
+    configs[0]["spec"]["credentials"] = {"source": "Secret", "secretRef": secret}
     out = sim.converge(xr, required(classes, configs))
     for key in ("provider-config-helm", "provider-config-kubernetes"):
         assert out.resources[key].body["spec"]["identity"] == ACCESS_IDENTITY
@@ -147,6 +137,67 @@ def test_provider_configs_reach_the_cluster_with_its_own_key_whatever_the_gcp_cr
         "role": "roles/container.admin",
         "member": f"serviceAccount:{account}@modelplane-demo.iam.gserviceaccount.com",
     }
+
+
+INJECTED = {"type": "GoogleApplicationCredentials", "source": "InjectedIdentity"}
+KEYLESS = [
+    {"source": "InjectedIdentity"},
+    {"source": "ImpersonateServiceAccount", "impersonateServiceAccount": {"name": "sa@p"}},
+]
+
+
+def keyless(credentials: dict) -> tuple:
+    xr, classes = example("gke")
+    configs = provider_configs("gke")
+    configs[0]["spec"]["credentials"] = credentials
+    return xr, required(classes, configs)
+
+
+@pytest.mark.parametrize("credentials", KEYLESS, ids=["injected-identity", "impersonation"])
+def test_a_keyless_gcp_provider_config_makes_no_key_and_the_providers_use_their_own_identity(
+    credentials,
+):
+    xr, req = keyless(credentials)
+    out = sim.converge(xr, req)
+    assert not [k for k in out.resources if k.startswith("access-")]
+    for key in ("provider-config-helm", "provider-config-kubernetes"):
+        assert out.resources[key].body["spec"]["identity"] == INJECTED
+    # The stack uninstalls through the cluster itself.
+    usages = {k for k in out.resources if k.startswith("usage-")}
+    assert "usage-cluster-by-release-cert-manager" in usages
+    assert not [u for u in usages if "access" in u]
+
+
+def test_keyless_provider_configs_wait_only_for_the_cluster():
+    xr, req = keyless(KEYLESS[0])
+    first = compose_cluster(xr, req, Observed())
+    assert "provider-config-helm" not in first.resources
+    out = sim.converge(xr, req)
+    lost = compose_cluster(xr, req, reported(out, drop_status=("cluster",)))
+    assert lost.resources["provider-config-helm"].body == out.resources["provider-config-helm"].body
+
+
+def test_a_keyless_cluster_makes_no_key_while_its_provider_config_cannot_be_read():
+    xr, req = keyless(KEYLESS[0])
+    out = sim.converge(xr, req)
+    for answer in ([], None):
+        gone = dict(req)
+        if answer is None:
+            del gone["cloud-provider-config"]
+        else:
+            gone["cloud-provider-config"] = answer
+        again = compose_cluster(xr, gone, reported(out))
+        assert not [k for k in again.resources if k.startswith("access-")]
+        assert again.resources["provider-config-helm"].body["spec"]["identity"] == INJECTED
+
+
+def test_a_cluster_made_with_a_key_keeps_it_when_its_provider_config_turns_keyless():
+    xr, classes, converged = converge()
+    _, req = keyless(KEYLESS[0])
+    again = compose_cluster(xr, req, reported(converged))
+    assert again.resources["access-key"].body == converged.resources["access-key"].body
+    helm = again.resources["provider-config-helm"].body["spec"]["identity"]
+    assert helm == ACCESS_IDENTITY
 
 
 @pytest.mark.parametrize("missing", ["cluster", "access-key", "access-iam-member-0"])
@@ -409,6 +460,18 @@ def test_raising_the_version_moves_the_control_plane_first_then_every_pool():
         assert spec["version"] == "1.36.4-gke.1"
     third = compose_cluster(xr, req, reported(second))
     assert changes(second, third) == {}
+
+
+def test_every_pool_has_one_upgrade_model_its_version_with_auto_upgrade_left_to_gke():
+    _, _, out = converge()
+    pools = [r.body["spec"] for k, r in out.resources.items() if k.endswith("nodepool")]
+    pools += [r.body["spec"] for k, r in out.resources.items() if k.startswith("nodepool-")]
+    assert len(pools) == 3
+    for spec in pools:
+        assert spec["forProvider"]["management"] == {"autoRepair": True}
+        assert spec["forProvider"]["version"] == reported(out).resources["cluster"].at_provider(
+            "masterVersion"
+        )
 
 
 def test_the_control_plane_moves_one_minor_version_at_a_time():
