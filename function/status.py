@@ -17,11 +17,11 @@ def device(d: Device) -> dict:
     return {k: v for k, v in dumped.items() if v != {}}
 
 
-def gpu_pool(pool: NodePool, cls: InferenceClass) -> dict:
+def gpu_pool(pool: NodePool, cls: InferenceClass, extra: tuple[dict, ...] = ()) -> dict:
     return {
         "name": pool.name,
         "nodes": pool.nodes,
-        "devices": [device(d) for d in cls.spec.devices],
+        "devices": [device(d) for d in cls.spec.devices] + [dict(d) for d in extra],
     }
 
 
@@ -46,7 +46,7 @@ def render(inputs: Inputs, cluster: ClusterFacts, stack: StackFacts) -> dict:
     for pool in inputs.xr.spec.node_pools:
         cls = inputs.classes.resolved.get(pool.class_name)
         if cls is not None:
-            pools.append(gpu_pool(pool, cls))
+            pools.append(gpu_pool(pool, cls, cluster.pool_devices.get(pool.name, ())))
         elif pool.name in previous:
             pools.append(previous[pool.name])
     if pools:

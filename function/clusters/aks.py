@@ -11,6 +11,7 @@ nvidia-peermem reloader (AKS installs the GPU driver, which does not load nvidia
 import uuid
 
 from function import kube, names, shapes
+from function.clusters import calendars
 from function.clusters.base import (
     GPU_TAINT,
     NO_LATE_INIT,
@@ -75,6 +76,19 @@ DAEMONSET_READY = (
     " && has(object.status.numberReady)"
     " && object.status.numberReady == object.status.desiredNumberScheduled"
 )
+# What an InfiniBand pool's replicas ask for beside their GPUs: the RDMA shared device plugin's
+# extended resource, a Synthetic device (no DRA claim: a pod requests rdma/shared_ib and IPC_LOCK),
+# published as the Nebius classes publish theirs. Shared (rdmaHcaMax below), so one per pod.
+RDMA_RESOURCE = "rdma/shared_ib"
+INFINIBAND_DEVICE = {
+    "name": "infiniband",
+    "claim": "Synthetic",
+    "driver": RDMA_RESOURCE,
+    "count": 1,
+    "attributes": {"linkType": {"string": "infiniband"}},
+}
+# status.gpuPools[].devices holds at most 16 (the spec).
+MAX_POOL_DEVICES = 16
 # The RDMA shared device plugin's resource (rdma/shared_ib): every HCA of vendor 15b3 on an
 # InfiniBand link, shared by up to 63 pods a node (the guide's rdma-shared-device-plugin overlay).
 RDMA_SHARED_CONFIG = """{
@@ -100,6 +114,7 @@ class AKSCluster:
     def render(self) -> ClusterFacts:
         c = self.cloud
         pools = c.pools("AKS", "aks")
+        calendars.check(c, calendars.AKS, self.version)
         self.control_plane_version = self.step()
         self.network()
         self.control_plane()
@@ -109,7 +124,9 @@ class AKSCluster:
         provider_config = c.provider_configs(c.is_ready("cluster"))
         self.infiniband(provider_config)
         storage_class = self.storage_class(provider_config)
-        return c.facts(provider_config, storage_class)
+        facts = c.facts(provider_config, storage_class)
+        facts.pool_devices = self.infiniband_devices(pools)
+        return facts
 
     def network(self) -> None:
         c = self.cloud
@@ -185,8 +202,12 @@ class AKSCluster:
                 },
                 "tags": self.tags,
             },
-            # The autoscaler owns the system pool's size after the first node.
-            init_provider={"defaultNodePool": {"nodeCount": 1}},
+            # No nodeCount, not even at creation: azurerm starts an autoscaling pool at minCount,
+            # and upjet (as provider-upjet-azure v2.7.0 pins it, before upjet#728) compares an
+            # initProvider field nested in defaultNodePool on every sync, so once the autoscaler
+            # moved the pool, every update would ask for 1 node again and azurerm v4.80.0 refuses
+            # it ("cannot change `node_count` when `auto_scaling_enabled` is set"), blocking
+            # version steps with it.
             policies=NO_LATE_INIT,
             connection_secret=names.kubeconfig_secret(c.xr),
         )
@@ -268,8 +289,10 @@ class AKSCluster:
             "nodeTaints": [TAINT],
             # Upgrades take a node down at a time and add none: a surge node is one more GPU VM,
             # which quota or capacity often refuses ("Customize unavailable nodes during
-            # upgrade": maxSurge 0 with maxUnavailable 1).
-            "upgradeSettings": {"maxSurge": "0", "maxUnavailable": "1"},
+            # upgrade": maxSurge 0 with maxUnavailable 1). maxUnavailable alone: azurerm v4.80.0
+            # then sends maxSurge "0" itself, and reads a "0" back as unset, so a maxSurge given
+            # here would differ on every sync and update the pool for ever.
+            "upgradeSettings": {"maxUnavailable": "1"},
             "tags": self.tags,
         }
         if pool.spec.zones:
@@ -374,6 +397,28 @@ class AKSCluster:
         self.network_operator(provider_config)
         self.nic_cluster_policy(provider_config, pools)
         self.peermem_reloader(provider_config, pools)
+
+    def infiniband_devices(self, pools: list[Pool]) -> dict[str, tuple[dict, ...]]:
+        """The RDMA device each InfiniBand pool publishes beside its class's devices, unless the
+        class declares it: without it no replica asks for rdma/shared_ib (or IPC_LOCK), and
+        NCCL falls back to TCP."""
+        out = {}
+        for pool in pools:
+            if not (pool.spec.fabric and pool.spec.fabric.type == "InfiniBand"):
+                continue
+            devices = pool.cls.spec.devices
+            if any(d.driver == RDMA_RESOURCE for d in devices):
+                continue
+            if len(devices) >= MAX_POOL_DEVICES:
+                self.cloud.warn(
+                    f"pool {pool.name!r}: class {pool.cls.name!r} declares {len(devices)} "
+                    f"devices, the most status.gpuPools holds, so its InfiniBand device "
+                    f"{RDMA_RESOURCE} is not published: declare it in place of another",
+                    reason="InfiniBandDeviceUnpublished",
+                )
+                continue
+            out[pool.name] = (INFINIBAND_DEVICE,)
+        return out
 
     def network_operator(self, provider_config: str | None) -> None:
         """Only values network-operator 26.4.0 reads (values.yaml, templates/): since 26.4.0 the

@@ -28,3 +28,6 @@ class ClusterFacts:
     anchors: tuple[str, ...] = ()
     # (of, by) resource keys: within the cluster, of outlives by.
     outlives: tuple[tuple[str, str], ...] = ()
+    # Devices the cloud gives a pool's nodes beyond what its class declares, published in
+    # status.gpuPools so replicas ask for them (AKS InfiniBand: rdma/shared_ib).
+    pool_devices: dict[str, tuple[dict, ...]] = field(default_factory=dict)

@@ -16,6 +16,7 @@ for it, and keep the identity they were composed with while the ProviderConfig c
 """
 
 from function import kube, names, shapes
+from function.clusters import calendars
 from function.clusters.base import (
     GPU_TAINT,
     NO_LATE_INIT,
@@ -63,6 +64,12 @@ runcmd:
 FABRIC_LABEL = "modelplane.ai/fabric"
 
 
+# GPU node groups re-create nodes one at a time and add none: the default surge of one is one more
+# 8-GPU VM on the same GPU cluster, which capacity often refuses, stalling the rollout (NodeGroup
+# `strategy`, provider-upjet-nebius v1.0.1: maxSurge 0 needs maxUnavailable above 0).
+GPU_STRATEGY = {"maxSurge": {"count": 0}, "maxUnavailable": {"count": 1}}
+
+
 class NebiusCluster:
     def __init__(self, cloud: Cloud, settings: Nebius) -> None:
         self.cloud = cloud
@@ -74,6 +81,7 @@ class NebiusCluster:
         config = c.cloud_provider_config(API_GROUP)
         problem = self.check_provider_config(config)
         pools = c.pools("Nebius", "nebius")
+        calendars.check(c, calendars.NEBIUS, self.version)
         self.network()
         self.control_plane()
         self.cache_filesystem()
@@ -290,6 +298,9 @@ class NebiusCluster:
     def node_pool(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape
         self.check_shape(pool)
+        calendars.check_drivers_preset(
+            c, pool.name, pool.cls.name, shape.drivers_preset, self.version
+        )
         accelerator = shape.accelerator.type if shape.accelerator else None
         template: dict = {
             "resources": {"platform": shape.platform, "preset": shape.preset},
@@ -324,7 +335,7 @@ class NebiusCluster:
             f"nodegroup-{pool.name}",
             c.name("ng", pool.name),
             template,
-            sizing,
+            sizing | {"strategy": GPU_STRATEGY},
             {names.POOL_LABEL: pool.name},
         )
 

@@ -15,6 +15,7 @@ the README), so status.cache stays unset.
 """
 
 from function import names, shapes
+from function.clusters import calendars
 from function.clusters.base import (
     GPU_TAINT,
     NO_LATE_INIT,
@@ -64,6 +65,7 @@ class VultrCluster:
     def render(self) -> ClusterFacts:
         c = self.cloud
         pools = c.pools("Vultr", "vultr")
+        calendars.check(c, calendars.VULTR, self.version)
         self.control_plane()
         self.check_firewall()
         for pool in pools:

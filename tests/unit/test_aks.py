@@ -13,6 +13,7 @@ from function.clusters import aks
 from function.clusters.base import pool_version
 from function.compose import compose_cluster
 from function.inputs import Observed
+from function.models import InferenceCluster
 from function.output import Output
 from function.serving import GATEWAY_SCHEMA, GATEWAYS
 from tests import charts, nodes
@@ -402,3 +403,48 @@ def test_the_subnet_role_outlives_the_gateway_and_its_load_balancer():
     watch = out.resources["gateway-load-balancer"].body["metadata"]["name"]
     assert usage["spec"]["of"]["resourceRef"]["name"] == role
     assert usage["spec"]["by"]["resourceRef"]["name"] == watch
+
+
+def test_infiniband_pools_publish_the_rdma_device_their_replicas_ask_for():
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    pools = {p["name"]: p for p in out.status["gpuPools"]}
+    infiniband = [p.name for p in InferenceCluster.model_validate(xr).spec.node_pools if p.fabric]
+    assert infiniband, "the example has an InfiniBand pool"
+    for name, pool in pools.items():
+        published = [d for d in pool["devices"] if d["driver"] == "rdma/shared_ib"]
+        if name not in infiniband:
+            assert not published
+            continue
+        assert published == [aks.INFINIBAND_DEVICE]
+        # The resource the RDMA shared device plugin advertises: its default prefix "rdma" and
+        # the resourceName of the guide's configuration the NicClusterPolicy carries.
+        policy = manifest(out, "nic-cluster-policy")["spec"]["rdmaSharedDevicePlugin"]
+        (config,) = json.loads(policy["config"])["configList"]
+        assert f"rdma/{config['resourceName']}" == published[0]["driver"]
+        # The class's own devices come first, as declared.
+        assert pool["devices"][0]["driver"] == "gpu.nvidia.com"
+
+
+def test_a_class_that_declares_the_rdma_device_is_published_as_declared():
+    xr, classes = example("aks")
+    declared = {"name": "ib", "claim": "Synthetic", "driver": "rdma/shared_ib", "count": 2}
+    for cls in classes:
+        cls["spec"]["devices"].append(declared)
+    out = converge(xr, classes)
+    for pool in out.status["gpuPools"]:
+        assert [d for d in pool["devices"] if d["driver"] == "rdma/shared_ib"] == [
+            declared | {"claim": "Synthetic"}
+        ]
+
+
+def test_a_class_full_of_devices_is_warned_that_the_rdma_device_is_not_published():
+    xr, classes = example("aks")
+    for cls in classes:
+        gpu = cls["spec"]["devices"][0]
+        cls["spec"]["devices"] = [gpu | {"name": f"d{i}"} for i in range(16)]
+    out = converge(xr, classes)
+    warned = [r for r in out.results if r.reason == "InfiniBandDeviceUnpublished"]
+    assert warned and "16 devices" in warned[0].message
+    for pool in out.status["gpuPools"]:
+        assert len(pool["devices"]) == 16

@@ -43,13 +43,24 @@ def test_no_cloud_claims_dra_scale_up_from_zero_without_a_source():
 
 
 @pytest.mark.parametrize(
-    ("name", "prefix", "expected"),
+    ("name", "prefix", "field", "expected"),
     [
-        ("gke", "nodepool-", {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}),
-        ("aks", "nodepool-", {"maxSurge": "0", "maxUnavailable": "1"}),
+        (
+            "gke",
+            "nodepool-",
+            "upgradeSettings",
+            {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1},
+        ),
+        ("aks", "nodepool-", "upgradeSettings", {"maxUnavailable": "1"}),
+        (
+            "nebius",
+            "nodegroup-",
+            "strategy",
+            {"maxSurge": {"count": 0}, "maxUnavailable": {"count": 1}},
+        ),
     ],
 )
-def test_gpu_pools_upgrade_without_an_extra_gpu_node(name, prefix, expected):
+def test_gpu_pools_upgrade_without_an_extra_gpu_node(name, prefix, field, expected):
     """A surge node is one more GPU machine, which quota or capacity often refuses."""
     xr, classes = example(name)
     required = all_classes(classes)
@@ -58,6 +69,6 @@ def test_gpu_pools_upgrade_without_an_extra_gpu_node(name, prefix, expected):
     out = sim.converge(xr, required)
     pools = [prefix + p["name"] for p in xr["spec"]["nodePools"]]
     for key in pools:
-        assert out.resources[key].body["spec"]["forProvider"]["upgradeSettings"] == expected
+        assert out.resources[key].body["spec"]["forProvider"][field] == expected
     system = next(k for k in out.resources if k.startswith("system-") or k == "cluster")
-    assert "upgradeSettings" not in out.resources[system].body["spec"]["forProvider"]
+    assert field not in out.resources[system].body["spec"]["forProvider"]

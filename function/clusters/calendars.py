@@ -1,0 +1,148 @@
+"""Which Kubernetes versions each cloud still creates clusters on, from the cloud's own calendar.
+
+A version the cloud no longer supports (or never offered) fails at creation with only the
+provider's error to go by, hours into a rollout. The function says it first: a Warning naming the
+field, the version, the calendar and what to choose instead, and the same words in ClusterReady
+while the cluster is not Ready. It never changes the version: the spec's defaults stay, and a
+calendar older than the cloud's newest minor only warns that it cannot tell.
+
+Dates are each minor's end of standard support, the first day the cloud may refuse new clusters on
+it; they are compared with the function's one clock (function.clock), so a cached answer is
+replayed only while each comparison still holds.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from function import clock
+from function.clusters.base import Cloud, Minor, minor, text
+
+
+@dataclass(frozen=True)
+class Calendar:
+    cloud: str
+    field: str
+    source: str
+    # Each minor the cloud has offered, and the first day it no longer supports it (None: no end
+    # announced).
+    ends: dict[Minor, datetime | None]
+
+
+def day(year: int, month: int, dom: int = 1) -> datetime:
+    return datetime(year, month, dom, tzinfo=UTC)
+
+
+def check(cloud: Cloud, calendar: Calendar, version: str) -> None:
+    """Warn when version is past its cloud's support or not in its calendar, and say so while
+    the cluster waits."""
+    wanted = minor(version)
+    if wanted is None or not calendar.ends:
+        return
+    where = f"{calendar.field} {version}"
+    newest = max(calendar.ends)
+    created = cloud.observed("cluster") is not None
+    if wanted not in calendar.ends:
+        if cloud.is_ready("cluster"):  # the cloud took it
+            return
+        if wanted > newest:
+            problem = (
+                f"is newer than {calendar.cloud}'s calendar knows ({calendar.source}, up to "
+                f"{text(newest)}); {calendar.cloud} refuses a minor it does not offer yet"
+            )
+        else:
+            problem = f"is not a minor {calendar.cloud} offers ({calendar.source})"
+        reason = "KubernetesVersionUnknown"
+    else:
+        end = calendar.ends[wanted]
+        if end is None or not clock.reached(end):
+            return
+        supported = sorted(m for m, e in calendar.ends.items() if e is None or not clock.reached(e))
+        choose = f"choose {text(supported[0])} or newer" if supported else "choose a newer minor"
+        problem = (
+            f"is past {calendar.cloud}'s support since {end.date().isoformat()} "
+            f"({calendar.source}): {calendar.cloud} "
+            + ("supports the running cluster no longer" if created else "creates no cluster on it")
+            + f"; {choose}"
+        )
+        reason = "KubernetesVersionUnsupported"
+    cloud.warn(f"{where} {problem}", reason=reason)
+    if not cloud.is_ready("cluster"):
+        cloud.why["cluster"] = f"Kubernetes {version} {problem}"
+
+
+# AKS "Kubernetes release calendar" (MicrosoftDocs/azure-aks-docs
+# articles/aks/supported-kubernetes-versions.md, as of 2026-08): End of life month, a month meaning
+# its last day, so support ends the first day of the next. Past it a minor is in platform support,
+# where AKS creates no cluster ("Cluster creation: Not Supported"). LTS (Premium tier) is not used.
+AKS = Calendar(
+    cloud="AKS",
+    field="spec.cluster.aks.kubernetesVersion",
+    source="AKS Kubernetes release calendar",
+    ends={
+        (1, 28): day(2025, 2),
+        (1, 29): day(2025, 4),
+        (1, 30): day(2025, 8),
+        (1, 31): day(2025, 12),
+        (1, 32): day(2026, 4),
+        (1, 33): day(2026, 8),
+        (1, 34): day(2026, 12),
+        (1, 35): day(2027, 4),
+        (1, 36): day(2027, 7),
+        (1, 37): day(2027, 11),
+    },
+)
+
+# Nebius mk8s takes <major>.<minor> (nebius/api mk8s/v1 cluster.proto) and publishes no end dates;
+# these are the minors its documentation and the node images show offered (docs.nebius.com
+# kubernetes/versions, images mk8s-worker-node-v-1-3x-*).
+NEBIUS = Calendar(
+    cloud="Nebius",
+    field="spec.cluster.nebius.kubernetesVersion",
+    source="docs.nebius.com/kubernetes/versions",
+    ends={(1, 33): None, (1, 34): None, (1, 35): None},
+)
+
+# VKE's versions API (GET /v2/kubernetes/versions) lists exact builds, v<major>.<minor>.<patch>+
+# <build>, and only the newest build of each offered minor; the changelog
+# (docs.vultr.com/products/compute/kubernetes/changelog) names the minors. No end dates published.
+VULTR = Calendar(
+    cloud="VKE",
+    field="spec.cluster.vultr.kubernetesVersion",
+    source="VKE changelog",
+    ends={(1, 32): None, (1, 33): None, (1, 34): None, (1, 35): None, (1, 36): None},
+)
+
+# Nebius GPU drivers presets by Kubernetes minor: the node group's gpu_settings.drivers_preset
+# table (nebius/api mk8s/v1 node_group.proto: cuda12 on 1.30, cuda12/12.4/12.8 on 1.31) and the
+# node images built since (Ubuntu 24.04 with cuda12.8 from 1.32, cuda13.0 from 1.33). The live
+# answer is `nebius mk8s node-group get-compatibility-matrix`.
+NEBIUS_DRIVERS_PRESETS: dict[str, frozenset[Minor]] = {
+    "cuda12": frozenset({(1, 30), (1, 31)}),
+    "cuda12.4": frozenset({(1, 31)}),
+    "cuda12.8": frozenset({(1, 31), (1, 32), (1, 33)}),
+    "cuda13.0": frozenset({(1, 33), (1, 34), (1, 35)}),
+}
+
+
+def check_drivers_preset(cloud: Cloud, pool: str, cls: str, preset: str, version: str) -> None:
+    """Warn when a Nebius GPU pool's drivers preset has no node image for the cluster's minor:
+    Nebius refuses the node group."""
+    wanted = minor(version)
+    offered = NEBIUS_DRIVERS_PRESETS.get(preset)
+    if wanted is None or wanted not in NEBIUS.ends:
+        return
+    fitting = sorted(p for p, minors in NEBIUS_DRIVERS_PRESETS.items() if wanted in minors)
+    if offered is None:
+        problem = "is not a drivers preset Nebius documents"
+    elif wanted not in offered:
+        problem = f"has no Nebius node image for Kubernetes {text(wanted)}"
+    else:
+        return
+    key = f"nodegroup-{pool}"
+    message = (
+        f"pool {pool!r} (class {cls!r}): driversPreset {preset} {problem} (Nebius node group "
+        f"drivers presets); presets for {text(wanted)}: {', '.join(fitting) or 'none known'}"
+    )
+    cloud.warn(message, reason="DriversPresetUnsupported")
+    if not cloud.is_ready(key):
+        cloud.why[key] = f"driversPreset {preset} {problem}"

@@ -1,0 +1,115 @@
+"""Kubernetes versions a cloud no longer (or not yet) creates clusters on are warned, with the
+calendar named, and ClusterReady says so while the cluster waits; the version itself is never
+changed."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from function import clock
+from function.clusters import calendars
+from function.compose import compose_cluster
+from function.inputs import Observed
+from tests.builders import all_classes, example, provider_configs
+from tests.unit import sim
+
+FIELD = {"aks": "aks", "aks-a10": "aks", "nebius": "nebius", "vultr": "vultr"}
+
+
+def render(name: str, version: str | None = None, observed: Observed | None = None):
+    xr, classes = example(name)
+    block = xr["spec"]["cluster"][FIELD[name]]
+    if version is None:
+        block.pop("kubernetesVersion", None)
+    else:
+        block["kubernetesVersion"] = version
+    required = all_classes(classes)
+    if provider_configs(name):
+        required["cloud-provider-config"] = provider_configs(name)
+    return xr, required, compose_cluster(xr, required, observed or Observed())
+
+
+def warnings(out, reason: str) -> list[str]:
+    return [r.message for r in out.results if r.reason == reason]
+
+
+def cluster_ready(out) -> str:
+    return next(c.message for c in out.conditions if c.type == "ClusterReady")
+
+
+def test_the_aks_default_is_past_support_and_is_warned_but_kept():
+    # The spec's default for AKS, 1.34, left AKS support at the end of November 2026.
+    _, _, out = render("aks", None)
+    (message,) = warnings(out, "KubernetesVersionUnsupported")
+    assert "spec.cluster.aks.kubernetesVersion 1.34" in message
+    assert "2026-12-01" in message and "AKS Kubernetes release calendar" in message
+    assert "creates no cluster" in message and "choose 1.35 or newer" in message
+    assert out.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"] == "1.34"
+    assert "Kubernetes 1.34 is past AKS's support" in cluster_ready(out)
+
+
+def test_a_supported_version_says_nothing():
+    for name, version in (("aks", "1.35"), ("aks", "1.37"), ("nebius", "1.35"), ("vultr", None)):
+        _, _, out = render(name, version)
+        assert not warnings(out, "KubernetesVersionUnsupported"), name
+        assert not warnings(out, "KubernetesVersionUnknown"), name
+
+
+def test_support_ends_on_the_calendars_day():
+    with clock.fixed(datetime(2027, 3, 31, 23, 59, tzinfo=UTC)):
+        assert not warnings(render("aks", "1.35")[2], "KubernetesVersionUnsupported")
+    with clock.fixed(datetime(2027, 4, 1, tzinfo=UTC)):
+        (message,) = warnings(render("aks", "1.35")[2], "KubernetesVersionUnsupported")
+        assert "choose 1.36 or newer" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "field"),
+    [
+        ("aks", "1.39", "spec.cluster.aks.kubernetesVersion 1.39"),
+        ("nebius", "1.36", "spec.cluster.nebius.kubernetesVersion 1.36"),
+        ("vultr", "v1.37.1+1", "spec.cluster.vultr.kubernetesVersion v1.37.1+1"),
+    ],
+)
+def test_a_minor_newer_than_the_calendar_is_warned_until_the_cloud_took_it(name, version, field):
+    xr, required, out = render(name, version)
+    (message,) = warnings(out, "KubernetesVersionUnknown")
+    assert message.startswith(field) and "newer than" in message
+    assert f"Kubernetes {version}" in cluster_ready(out)
+    converged = sim.converge(xr, required)
+    assert not warnings(converged, "KubernetesVersionUnknown")
+
+
+def test_a_running_cluster_past_support_is_told_so_not_that_it_cannot_be_created():
+    xr, required, _ = render("aks", "1.35")
+    converged = sim.converge(xr, required)
+    with clock.fixed(datetime(2027, 5, 1, tzinfo=UTC)):
+        out = compose_cluster(xr, required, sim.reported(converged))
+    (message,) = warnings(out, "KubernetesVersionUnsupported")
+    assert "supports the running cluster no longer" in message
+
+
+def test_a_nebius_drivers_preset_without_a_node_image_for_the_minor_is_warned():
+    xr, classes = example("nebius")
+    for cls in classes:
+        cls["spec"]["provisioning"]["nebius"]["driversPreset"] = "cuda12"
+    required = all_classes(classes) | {"cloud-provider-config": provider_configs("nebius")}
+    out = compose_cluster(xr, required, Observed())
+    found = warnings(out, "DriversPresetUnsupported")
+    assert found and all("driversPreset cuda12 has no Nebius node image" in m for m in found)
+    assert "presets for 1.34: cuda13.0" in found[0]
+    assert not warnings(
+        sim.converge(
+            xr,
+            all_classes(example("nebius")[1])
+            | {"cloud-provider-config": provider_configs("nebius")},
+        ),
+        "DriversPresetUnsupported",
+    )
+
+
+def test_the_calendars_are_in_order():
+    ends = [calendars.AKS.ends[m] for m in sorted(calendars.AKS.ends)]
+    assert ends == sorted(ends)
+    for preset, minors in calendars.NEBIUS_DRIVERS_PRESETS.items():
+        assert minors, preset
