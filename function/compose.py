@@ -5,7 +5,7 @@ for a moment (a class deleted, a requirement not answered yet, a source not buil
 already observed is returned again as it is, so only a change of spec can remove a resource.
 """
 
-from function import clusters, forcenew, serving, status, usages
+from function import clusters, failures, forcenew, serving, status, usages
 from function.clusters.base import as_desired
 from function.inputs import (
     Classes,
@@ -88,7 +88,11 @@ def compose_cluster(
             Condition("BackendReady", stack.ready, stack.reason, stack.message),
             classes_condition(inputs.classes),
         ],
-        results=cluster.results + stack.results + kept + class_results(xr, inputs.classes),
+        results=cluster.results
+        + stack.results
+        + kept
+        + failures.warnings(observed.resources, resources)
+        + class_results(xr, inputs.classes),
         requirements=wanted,
         schemas=wanted_schemas,
         ready=None if complete and cluster.ready and installed else False,

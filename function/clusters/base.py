@@ -18,6 +18,7 @@ from typing import Any
 
 from function import kube, names, providerconfigs
 from function.clusters.facts import ClusterFacts
+from function.failures import failure
 from function.inputs import Inputs, ObservedResource
 from function.models import Credentials, InferenceClass, NodePool
 from function.output import Desired, Result
@@ -344,19 +345,26 @@ class Cloud:
         for key, desired in self.resources.items():
             if desired.ready:
                 continue
-            waiting[key] = self.why.get(key) or observed_reason(self.observed(key))
+            seen = self.observed(key)
+            why = "; ".join(w for w in (self.why.get(key), failure(seen)) if w)
+            waiting[key] = why or observed_reason(seen)
         return waiting
 
     def wait_message(self, waiting: dict[str, str | None]) -> str:
-        return describe_waiting(waiting, len(self.resources) + len(self.pending))
+        failing = frozenset(k for k in waiting if failure(self.observed(k)))
+        return describe_waiting(waiting, len(self.resources) + len(self.pending), failing=failing)
 
 
-def describe_waiting(waiting: dict[str, str | None], total: int, what: str = "resources") -> str:
-    """`waiting for 3 of 41 resources: a (Creating), b, c`: sorted, bounded, deterministic."""
-    shown = [
-        f"{key} ({why})" if why else key
-        for key, why in sorted(waiting.items())[:_WAIT_MESSAGE_NAMES]
-    ]
+def describe_waiting(
+    waiting: dict[str, str | None],
+    total: int,
+    what: str = "resources",
+    failing: frozenset[str] = frozenset(),
+) -> str:
+    """`waiting for 3 of 41 resources: a (Creating), b, c`: what its provider reports failing
+    first, in the provider's words, then the rest; sorted, bounded, deterministic."""
+    order = sorted(waiting.items(), key=lambda kv: (kv[0] not in failing, kv[0]))
+    shown = [f"{key} ({why})" if why else key for key, why in order[:_WAIT_MESSAGE_NAMES]]
     more = len(waiting) - len(shown)
     text = f"waiting for {len(waiting)} of {total} {what}: " + ", ".join(shown)
     if more:

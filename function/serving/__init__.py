@@ -24,6 +24,7 @@ from function.clusters.base import (
     observed_reason,
 )
 from function.clusters.facts import ClusterFacts
+from function.failures import failure
 from function.inputs import Inputs
 from function.output import Desired, Requirement, Result
 from function.serving import gateway
@@ -99,15 +100,17 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
 
     facts.address, facts.ca_certificate = observed_gateway(inputs)
     facts.results += unplaced_gpu_plugin(inputs)
-    waiting = {
-        k: observed_reason(observed.get(k)) for k, d in facts.resources.items() if not d.ready
-    }
+    unready = [k for k, d in facts.resources.items() if not d.ready]
+    failing = {k: why for k in unready if (why := failure(observed.get(k)))}
+    waiting = {k: failing.get(k) or observed_reason(observed.get(k)) for k in unready}
     waiting |= pending
     if not reachable and not facts.resources:
         return facts
     if waiting:
         facts.reason = "Installing"
-        facts.message = describe_waiting(waiting, len(table), "components")
+        facts.message = describe_waiting(
+            waiting, len(table), "components", failing=frozenset(failing)
+        )
     elif withheld:
         facts.reason = "WaitingForClients"
         facts.message = (

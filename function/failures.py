@@ -1,0 +1,76 @@
+"""What a provider says went wrong with a composed resource, in its own words, for the XR to show.
+
+A managed resource its provider cannot reconcile reports `Synced=False` (reason ReconcileError)
+with the cloud's or the API server's message ("InvalidParameterException: ...", "admission webhook
+denied ..."); a Helm release whose install or upgrade failed says so in `status.atProvider`
+(`state: failed`, `releaseDescription`). Without this the XR only ever says that it waits.
+
+The message shown is the provider's first line, whitespace folded, bounded, and scrubbed of
+anything shaped like secret material (PEM blocks, credentials after their key, tokens, long
+base64), so the same observation always gives the same words and never a secret.
+"""
+
+import re
+from collections.abc import Iterable, Mapping
+
+from function.inputs import ObservedResource
+from function.output import Result
+
+# Characters of a provider's message carried onto the XR (conditions and Warnings).
+LIMIT = 300
+REDACTED = "[redacted]"
+
+_SECRETS = (
+    re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|$)", re.S),
+    re.compile(
+        r"(?i)\b(bearer|token|password|passwd|secret|client-key-data|client-certificate-data"
+        r"|private_key|api[_-]?key|access[_-]?key|authorization)(\"?\s*[:=]\s*\"?|\s+)"
+        r"[^\s,;\"'}\]]+"
+    ),
+    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+\.?[A-Za-z0-9_-]*"),  # a JWT
+    re.compile(r"[A-Za-z0-9+/]{40,}={0,2}"),  # long base64: a key or a certificate
+)
+
+
+def scrub(text: str) -> str:
+    """text without what looks like secret material."""
+    text = _SECRETS[0].sub(REDACTED, text)
+    text = _SECRETS[1].sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", text)
+    for pattern in _SECRETS[2:]:
+        text = pattern.sub(REDACTED, text)
+    return text
+
+
+def words(message: object) -> str | None:
+    """A provider's message as the XR shows it: scrubbed, first line, folded, bounded."""
+    if not isinstance(message, str) or not message.strip():
+        return None
+    text = scrub(message)
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    folded = " ".join(first.split())
+    return folded if len(folded) <= LIMIT else folded[: LIMIT - 3] + "..."
+
+
+def failure(seen: ObservedResource | None) -> str | None:
+    """What the provider reports failing on seen, in its words, or None."""
+    if seen is None:
+        return None
+    synced = seen.condition("Synced")
+    if isinstance(synced, dict) and synced.get("status") == "False":
+        return words(synced.get("message")) or synced.get("reason") or "not synced"
+    if seen.at_provider("state") == "failed":  # a Helm release (provider-helm atProvider)
+        return words(seen.at_provider("releaseDescription")) or "release failed"
+    return None
+
+
+def warnings(observed: Mapping[str, ObservedResource], keys: Iterable[str]) -> list[Result]:
+    """One Warning per composed resource whose provider reports a failure, in its words."""
+    out = []
+    for key in sorted(keys):
+        seen = observed.get(key)
+        why = failure(seen)
+        if why is None or seen is None:
+            continue
+        what = f"{seen.get('kind')} {seen.get('metadata', 'name')}"
+        out.append(Result("Warning", f"{key} ({what}): {why}", reason="ProviderError"))
+    return out
