@@ -56,7 +56,9 @@ def render(inputs: Inputs, cluster: ClusterFacts, stack: StackFacts) -> dict:
 
 def gateway_status(inputs: Inputs, stack: StackFacts, kept: dict) -> dict:
     """Address and CA as observed, else as last published; the hostname once clients can
-    authenticate to an addressed gateway whose CA they can check."""
+    authenticate to an addressed gateway whose CA they can check, and the gateway demands their
+    certificates (its ClientTrafficPolicy is Accepted): never before the gateway admits only its
+    fleet. Once published it stays."""
     out = {}
     address = stack.address or _string(kept.get("address"))
     ca = stack.ca_certificate
@@ -67,7 +69,12 @@ def gateway_status(inputs: Inputs, stack: StackFacts, kept: dict) -> dict:
     if ca:
         out["caCertificate"] = ca
     clients = stack.client_cas
-    if address and ca and (clients or (clients is None and kept.get("hostname"))):
+    was = bool(kept.get("hostname"))
+    if (
+        address
+        and ca
+        and ((clients and (stack.clients_enforced or was)) or (clients is None and was))
+    ):
         out["hostname"] = gateway.hostname(inputs.xr.name)
     return out
 

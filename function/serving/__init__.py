@@ -55,6 +55,8 @@ class StackFacts:
     address: str | None = None
     ca_certificate: str | None = None
     client_cas: int | None = None
+    # The ClientTrafficPolicy that makes the gateway demand client certificates is Accepted.
+    clients_enforced: bool = False
     results: list[Result] = field(default_factory=list)
 
 
@@ -99,6 +101,8 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         facts.resources[key] = Desired(body, ready=seen is not None and seen.ready, shared=True)
 
     facts.address, facts.ca_certificate = observed_gateway(inputs)
+    enforcing = observed.get(RESOURCE_KEYS["gateway-client-auth"])
+    facts.clients_enforced = enforcing is not None and enforcing.ready
     facts.results += unplaced_gpu_plugin(inputs)
     unready = [k for k, d in facts.resources.items() if not d.ready]
     failing = {k: why for k in unready if (why := failure(observed.get(k)))}

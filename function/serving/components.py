@@ -478,7 +478,15 @@ def table() -> tuple[Component, ...]:
         manifest(
             "gateway",
             _when_clients(lambda ctx: gateway.gateway(ctx.hostname)),
-            after=("gateway-class", "gateway-serving-certificate", "gateway-client-cas"),
+            # After the AI Gateway: its chart's mutating webhook for Envoy's proxy pods is
+            # fail-closed (ai-gateway-helm v1.1.0), so the Gateway's first proxy pods wait for it
+            # and get its sidecar.
+            after=(
+                "gateway-class",
+                "gateway-serving-certificate",
+                "gateway-client-cas",
+                "ai-gateway",
+            ),
             ready_when=gateway.GATEWAY_HAS_ADDRESS,
         ),
         # A cloud's load balancer outlives its cluster unless its Service goes first: deleting

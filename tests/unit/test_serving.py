@@ -6,6 +6,7 @@ import pytest
 
 from function import kube, serving
 from function.compose import compose_cluster
+from function.inputs import Observed
 from function.serving import GATEWAY_SCHEMA, GATEWAYS, gateway
 from function.serving.components import COMPONENTS, DYNAMO, STANDARD
 from tests.builders import all_classes, example, provider_configs
@@ -107,6 +108,42 @@ def test_converged_stack_publishes_the_gateway():
     assert [(x["protocol"], x["port"], x["hostname"]) for x in listener] == [("HTTPS", 443, host)]
     cert = out.resources["gateway-serving-certificate"].body["spec"]["forProvider"]["manifest"]
     assert cert["spec"]["dnsNames"] == [host]
+
+
+def test_the_gateway_comes_once_the_ai_gateway_is_ready_so_its_proxies_get_the_sidecar():
+    xr, classes, out = converged()
+    req = required(classes, [inference_gateway("fleet-a")])
+    observed = reported(out)
+    del observed.resources["gateway"]
+    ai = observed.resources["release-ai-gateway"].body
+    ai["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "Creating"}]
+    waiting = compose_cluster(xr, req, observed, INSTALLED)
+    assert "gateway" not in waiting.resources
+    ai["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "Available"}]
+    assert "gateway" in compose_cluster(xr, req, observed, INSTALLED).resources
+
+
+def test_the_hostname_waits_for_the_policy_that_demands_client_certificates():
+    xr, classes, out = converged()
+    req = required(classes, [inference_gateway("fleet-a")])
+    observed = reported(out)
+    observed = Observed(
+        resources=observed.resources,
+        status={k: v for k, v in observed.status.items() if k != "gateway"},
+    )
+    policy = observed.resources["gateway-client-auth"].body
+    policy["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "Creating"}]
+    unenforced = compose_cluster(xr, req, observed, INSTALLED)
+    assert unenforced.status["gateway"]["address"] == "203.0.113.10"
+    assert "hostname" not in unenforced.status["gateway"]
+    policy["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "Available"}]
+    enforced = compose_cluster(xr, req, observed, INSTALLED)
+    assert enforced.status["gateway"]["hostname"] == gateway.hostname(xr["metadata"]["name"])
+    # Once published it stays while the policy's status is lost for a moment.
+    observed = Observed(resources=observed.resources, status=enforced.status)
+    policy["status"]["conditions"] = []
+    kept = compose_cluster(xr, req, observed, INSTALLED)
+    assert kept.status["gateway"]["hostname"] == enforced.status["gateway"]["hostname"]
 
 
 def test_without_inference_gateways_the_gateway_stays_closed_and_the_hostname_withheld():
