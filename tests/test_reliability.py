@@ -7,8 +7,8 @@ servicer a few times with the providers simulated. At the end, one `crossplane b
 call proves every drawn cluster and class is admitted by the XRDs and every composed resource (and
 manifest inside an Object) is valid against ../shared/crds.
 
-RELIABILITY_EXAMPLES sets the number of clusters (default 1000; more for a longer run), and
-RELIABILITY_VALIDATE how many of them have everything they compose validated (default 300: one
+RELIABILITY_EXAMPLES sets the number of clusters (default 500; more for a longer run), and
+RELIABILITY_VALIDATE how many of them have everything they compose validated (default 150: one
 validate call takes about 13 ms a resource; `all` for every one).
 """
 
@@ -32,8 +32,8 @@ from tests.sim.workload import inference_gateway
 from tests.strategies import clusters
 from tests.validation import activated, managed_resource_definitions, validate_everything
 
-EXAMPLES = int(os.environ.get("RELIABILITY_EXAMPLES", "1000"))
-_VALIDATE = os.environ.get("RELIABILITY_VALIDATE", "300")
+EXAMPLES = int(os.environ.get("RELIABILITY_EXAMPLES", "500"))
+_VALIDATE = os.environ.get("RELIABILITY_VALIDATE", "150")
 VALIDATED = EXAMPLES if _VALIDATE == "all" else int(_VALIDATE)
 PASSES = 4
 SCHEMAS = (

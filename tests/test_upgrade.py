@@ -32,7 +32,7 @@ from tests.sim.workload import inference_gateway
 from tests.strategies import clusters
 from tests.unit import sim
 
-DRAWN = 200
+DRAWN = int(os.environ.get("UPGRADE_DRAWN", "100"))
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").iterdir() if p.is_dir())
 SCHEMAS = {
     "inference-gateway-kind": True,

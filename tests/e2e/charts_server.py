@@ -19,7 +19,10 @@ server answers for the real hostnames of those repositories, on port 443 of one 
   the host oras-go dials for it (registry/reference.go `Host()`).
 
 A chart the function names that ../shared/charts lacks (csi-mounted-fs-path, which has no public
-source) is not served: a pull of it gets 404, as from a repository without it. The certificate is
+source) is not served: a pull of it gets 404, as from a repository without it. A test can withdraw
+a served OCI chart version for a while, as a registry that no longer has it: it lists
+`<host>/<repo>:<tag>` lines in `<workdir>/withdrawn`, read on every request (the tag is then
+left out of the tag list and its manifest is unknown). The certificate is
 issued by a CA made here for every served hostname; clients trust that CA and resolve the
 hostnames to the server's address (tests/e2e/providers.py does both for the providers). Every
 request is appended to `<workdir>/requests.jsonl` (host, method, path, status).
@@ -241,7 +244,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
     timeout = 60  # a connection idle that long is closed
     content: Content
     log_file: Path
+    withdrawn_file: Path
     lock = threading.Lock()
+
+    def withdrawn(self, host: str, repo: str) -> set[str]:
+        """The tags of host/repo a test withdrew (see the module's docstring)."""
+        try:
+            lines = self.withdrawn_file.read_text().split()
+        except FileNotFoundError:
+            return set()
+        prefix = f"{host}/{repo}:"
+        return {line.removeprefix(prefix) for line in lines if line.startswith(prefix)}
 
     def do_GET(self) -> None:
         self._answer(body=True)
@@ -286,8 +299,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             return _oci_error(404, "NAME_UNKNOWN", rest)
         key = (host, repo)
+        gone = self.withdrawn(host, repo)
+        if kind == "manifests" and ref in gone:
+            return _oci_error(404, "MANIFEST_UNKNOWN", f"{repo} {ref}")
         if kind == "tags" and ref == "list" and key in self.content.tags:
-            tags = sorted(self.content.tags[key])
+            tags = sorted(set(self.content.tags[key]) - gone)
             data = json.dumps({"name": repo, "tags": tags}).encode()
             return 200, data, {"Content-Type": "application/json", **_REGISTRY}
         if kind == "manifests" and ref in self.content.manifests.get(key, {}):
@@ -354,7 +370,9 @@ def serve(workdir: Path, address: str | None = None) -> tuple[Server, dict]:
     log_file = workdir / "requests.jsonl"
     log_file.touch()
     server.RequestHandlerClass = type(
-        "BoundHandler", (Handler,), {"content": content, "log_file": log_file}
+        "BoundHandler",
+        (Handler,),
+        {"content": content, "log_file": log_file, "withdrawn_file": workdir / "withdrawn"},
     )
     info = {
         "address": ip,

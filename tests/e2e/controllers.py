@@ -225,6 +225,9 @@ class StandIns:
             version = next(v["name"] for v in spec["versions"] if v.get("storage"))
             api = f"{spec['group']}/{version}"
             for doc in typed(self.management, api, spec["names"]["kind"], self.namespace):
+                owner = (doc["metadata"].get("labels") or {}).get("crossplane.io/composite")
+                if owner != xr.get("metadata", {}).get("name"):
+                    continue  # another XR's pool, on another workload cluster
                 if (
                     doc["kind"] == "LaunchTemplate"
                     or condition(doc, "Ready").get("status") == "True"

@@ -55,6 +55,7 @@ import ssl
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -234,6 +235,20 @@ class Providers:
         """Every request the chart server answered: host, method, path, status."""
         path = Path(self.charts["requests"])
         return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+    @contextlib.contextmanager
+    def withdrawn(self, repository: str, name: str, version: str) -> Iterator[None]:
+        """An OCI chart version the chart server no longer has, and provider-helm's cached copy
+        of it gone (its cache, /tmp/charts, is read before any pull), for the with block."""
+        host, _, path = repository.removeprefix("oci://").partition("/")
+        listing = self.workdir / "charts" / "withdrawn"
+        listing.write_text(f"{host}/{path}/{name}:{version}\n")
+        cached = self.workdir / "provider-helm" / "tmp" / "charts" / f"{name}-{version}.tgz"
+        cached.unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            listing.unlink(missing_ok=True)
 
     def logs(self, lines: int = 40) -> str:
         return "\n".join(f"--- {p.name} (pid {p.pid}) ---\n{p.tail(lines)}" for p in self.processes)

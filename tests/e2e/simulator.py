@@ -121,9 +121,12 @@ class Simulator:
         *,
         observe: Callable[[dict], providers.Observation] = providers.observe,
         interval: float = 0.5,
+        selector: str | None = None,
     ):
         self.kube = kube
         self.namespace = namespace
+        # A label selector: only the resources it selects are played (those of some XRs).
+        self.selector = selector
         self.kinds = list(kinds) if kinds is not None else None
         self.observe = observe
         self.errors: list[str] = []
@@ -160,7 +163,9 @@ class Simulator:
             before = sum(self.writes.values())
             for kind in self.kinds:
                 try:
-                    items = self.kube.list(kind.api_version, kind.kind, self.namespace)
+                    items = self.kube.list(
+                        kind.api_version, kind.kind, self.namespace, self.selector
+                    )
                 except (ApiError, LookupError, OSError) as e:
                     self._error(f"list {kind}: {e}")
                     continue

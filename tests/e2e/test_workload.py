@@ -21,6 +21,7 @@ cluster is fixed) is retried by provider-helm until it converges.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import time
@@ -30,6 +31,8 @@ from dataclasses import dataclass, replace
 import pytest
 import yaml
 
+from function import failures
+from function.versions import CHARTS
 from tests.conftest import EXAMPLES
 from tests.e2e import providers as real_providers
 from tests.e2e.controllers import StandIns
@@ -51,6 +54,7 @@ from tests.sim import providers
 from tests.test_clouds import CAPACITY_BLOCKS
 
 HELM = "helm.m.crossplane.io"
+COMPOSITE_LABEL = "crossplane.io/composite"
 KUBERNETES = "kubernetes.m.crossplane.io"
 REAL = (HELM, KUBERNETES)  # the providers that run for real here
 TIMEOUT = 900  # seconds for an example to converge through the real providers on 2 shared cores
@@ -137,94 +141,137 @@ def provider_processes(control_plane: ControlPlane, tmp_path_factory):
 class Installed(Deployed):
     cluster: WorkloadCluster | None = None
     stand_ins: StandIns | None = None
+    # Why it did not converge (raised by each test of the example, not by the others').
+    failure: BaseException | None = None
 
 
-@pytest.fixture(scope="module", params=WORKLOAD_EXAMPLES, ids=lambda e: e.name)
-def installed(
-    request, control_plane: ControlPlane, kube: Kube, provider_processes, tmp_path_factory
-) -> Iterator[Installed]:
-    example: E2EExample = request.param
-    folder = EXAMPLES / example.name
-    xr = yaml.safe_load((folder / "inferencecluster.yaml").read_text())
-    classes = [d for d in yaml.safe_load_all((folder / "inferenceclasses.yaml").read_text()) if d]
+def observe_owner(body: dict, *, installs: dict[str, Installed]) -> providers.Observation:
+    """What the provider would report for a resource, in the world and with the workload cluster
+    of the example whose XR composed it."""
+    owner = (body["metadata"].get("labels") or {}).get(COMPOSITE_LABEL)
+    state = next(s for s in installs.values() if s.name == owner)
+    return observe(body, world=state.example.world, cluster=state.cluster)
+
+
+@pytest.fixture(scope="module")
+def installs(
+    control_plane: ControlPlane, kube: Kube, provider_processes, tmp_path_factory
+) -> Iterator[dict[str, Installed]]:
+    """Every example of WORKLOAD_EXAMPLES installed at once, each on its workload cluster: most
+    of an install is waiting (for a provider's poll, a Helm wait, the next wave of resources), so
+    the examples share those waits instead of queueing behind one another. One provider simulator
+    plays the cloud resources of all of them, each in its example's world."""
     etcd = f"http://{LOCALHOST}:{control_plane.ports.etcd}"
+
+    def client() -> Kube:
+        ca = str(control_plane.pki.ca_file)
+        return Kube(LOCALHOST, control_plane.ports.apiserver, control_plane.token, ca)
+
+    states: dict[str, Installed] = {}
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(
-            WorkloadCluster(
-                tmp_path_factory.mktemp(f"workload-{example.name}"),
-                etcd,
-                prefix=f"/workload-{example.name}",
+        for example in WORKLOAD_EXAMPLES:
+            folder = EXAMPLES / example.name
+            xr = yaml.safe_load((folder / "inferencecluster.yaml").read_text())
+            text = (folder / "inferenceclasses.yaml").read_text()
+            classes = [d for d in yaml.safe_load_all(text) if d]
+            cluster = stack.enter_context(
+                WorkloadCluster(
+                    tmp_path_factory.mktemp(f"workload-{example.name}"),
+                    etcd,
+                    prefix=f"/workload-{example.name}",
+                )
             )
-        )
+            states[example.name] = Installed(
+                example, xr, classes, client(), control_plane, None, cluster=cluster
+            )
+        owners = ",".join(sorted(s.name for s in states.values()))
         simulator = Simulator(
             kube,
             SYSTEM_NAMESPACE,
             real_kinds(kube),
-            observe=functools.partial(observe, world=example.world, cluster=cluster),
+            observe=functools.partial(observe_owner, installs=states),
+            selector=f"{COMPOSITE_LABEL} in ({owners})",
         )
-        state = Installed(example, xr, classes, kube, control_plane, simulator, cluster=cluster)
         stack.enter_context(simulator)
-        state.stand_ins = stack.enter_context(
-            StandIns(
-                Kube(
-                    LOCALHOST,
-                    control_plane.ports.apiserver,
-                    control_plane.token,
-                    str(control_plane.pki.ca_file),
-                ),
-                SYSTEM_NAMESPACE,
-                cluster,
-                state.get,
+        setups = {}
+        for name, state in states.items():
+            state.simulator = simulator
+            state.stand_ins = stack.enter_context(
+                StandIns(client(), SYSTEM_NAMESPACE, state.cluster, state.get)
             )
-        )
-        setup = with_objects(example_setup(example), existing_secrets(xr, cluster))
+            setups[name] = with_objects(
+                example_setup(state.example), existing_secrets(state.xr, state.cluster)
+            )
         try:
-            apply_setup(kube, (*setup, *classes))
-            kube.apply(xr)
+            for name, state in states.items():
+                apply_setup(kube, (*setups[name], *state.classes))
             began = time.monotonic()
-            state.refs = wait_for(
-                Converged(state),
-                timeout=TIMEOUT,
-                what=f"InferenceCluster {state.name} to converge through the real providers",
-                describe=lambda: describe(state),
-                interval=2,
-            )
-            state.timings = {"converged": time.monotonic() - began}
-            yield state
+            for state in states.values():
+                kube.apply(state.xr)
+
+            def converge(state: Installed) -> None:
+                try:
+                    state.refs = wait_for(
+                        Converged(state),
+                        timeout=TIMEOUT,
+                        what=f"InferenceCluster {state.name} to converge through the real providers",
+                        describe=lambda: describe(state),
+                        interval=2,
+                    )
+                    state.timings = {"converged": time.monotonic() - began}
+                except Exception as e:  # each example's tests report it
+                    state.failure = e
+
+            with concurrent.futures.ThreadPoolExecutor(len(states)) as pool:
+                list(pool.map(converge, states.values()))
+            yield states
         finally:
-            # The XR first: the providers uninstall through the workload cluster, with the
+            # The XRs first: the providers uninstall through the workload clusters, with the
             # kubeconfig Secret of the setup (Existing), so it stays until they are done. A cloud's
             # kubeconfig goes with its cluster at once: the Usages that make the cluster outlive
             # the stack need Crossplane's webhooks, off here. What the providers then cannot
-            # uninstall is let go (its finalizer removed): the workload cluster goes with the test.
-            kube.delete(API_VERSION, "InferenceCluster", state.name)
-            with contextlib.suppress(TimeoutError):
-                wait_for(
-                    lambda: state.get() is None
-                    and not [
-                        o for o in state.composed() if o and not o["apiVersion"].startswith(REAL)
-                    ],
-                    timeout=60,
-                    what=f"the cloud resources {state.name} composed to be deleted",
-                )
-            if example.existing:  # its kubeconfig stays: the providers can uninstall
-                with contextlib.suppress(TimeoutError):
-                    wait_for(
-                        lambda: not any(state.composed()),
-                        timeout=120,
-                        what=f"the providers to uninstall what {state.name} composed",
-                    )
-            for obj in (o for o in state.composed() if o):
-                meta = obj["metadata"]
-                with contextlib.suppress(ApiError):
-                    kube.patch(
-                        obj["apiVersion"],
-                        obj["kind"],
-                        meta["name"],
-                        {"metadata": {"finalizers": None}},
-                        namespace=meta.get("namespace"),
-                    )
-            delete_all(kube, (*classes, *setup))
+            # uninstall is let go (its finalizer removed): the workload clusters go with the test.
+            for state in states.values():
+                kube.delete(API_VERSION, "InferenceCluster", state.name)
+            with concurrent.futures.ThreadPoolExecutor(len(states)) as pool:
+                list(pool.map(uninstall, states.values()))
+            for name, state in states.items():
+                delete_all(kube, (*state.classes, *setups[name]))
+
+
+def uninstall(state: Installed) -> None:
+    with contextlib.suppress(TimeoutError):
+        wait_for(
+            lambda: state.get() is None
+            and not [o for o in state.composed() if o and not o["apiVersion"].startswith(REAL)],
+            timeout=60,
+            what=f"the cloud resources {state.name} composed to be deleted",
+        )
+    if state.example.existing:  # its kubeconfig stays: the providers can uninstall
+        with contextlib.suppress(TimeoutError):
+            wait_for(
+                lambda: not any(state.composed()),
+                timeout=120,
+                what=f"the providers to uninstall what {state.name} composed",
+            )
+    for obj in (o for o in state.composed() if o):
+        meta = obj["metadata"]
+        with contextlib.suppress(ApiError):
+            state.kube.patch(
+                obj["apiVersion"],
+                obj["kind"],
+                meta["name"],
+                {"metadata": {"finalizers": None}},
+                namespace=meta.get("namespace"),
+            )
+
+
+@pytest.fixture(scope="module", params=WORKLOAD_EXAMPLES, ids=lambda e: e.name)
+def installed(request, installs: dict[str, Installed]) -> Installed:
+    state = installs[request.param.name]
+    if state.failure is not None:
+        raise state.failure
+    return state
 
 
 def describe(state: Installed) -> str:
@@ -357,6 +404,143 @@ def test_the_xr_is_ready_through_the_real_providers_only(installed: Installed):
 
 
 # --- A failed first install, retried. --------------------------------------------------------------
+
+# --- What the providers report failing reaches the XR. ---------------------------------------------
+
+REFUSAL = "e2e: this workload cluster refuses the critical-pods quota"
+QUOTA = ("v1", "ResourceQuota", "allow-critical-pods", "nvidia-dra-driver")
+GROVE = "release-grove"  # a chart the Dynamo stack installs from an OCI registry
+
+
+def refusing_policy() -> list[dict]:
+    """A ValidatingAdmissionPolicy (built in, no webhook) refusing to create the quota, bound."""
+    admission = "admissionregistration.k8s.io/v1"
+    return [
+        {
+            "apiVersion": admission,
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "e2e-refuse-quota"},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["resourcequotas"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": f"object.metadata.name != '{QUOTA[2]}'",
+                        "message": REFUSAL,
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": admission,
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": "e2e-refuse-quota"},
+            "spec": {"policyName": "e2e-refuse-quota", "validationActions": ["Deny"]},
+        },
+    ]
+
+
+def refused(kube: Kube) -> bool:
+    """Whether the workload API server refuses the quota now (the policy is in force)."""
+    probe = {"apiVersion": "v1", "kind": "ResourceQuota"}
+    probe["metadata"] = {"name": QUOTA[2], "namespace": "default"}
+    try:
+        kube.create(probe, dry_run=True)
+    except ApiError as e:
+        return REFUSAL in str(e.body)
+    return False
+
+
+def by_key(installed: Installed) -> dict[str, dict]:
+    return {
+        o["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: o
+        for o in installed.composed()
+        if o
+    }
+
+
+def xr_warnings(installed: Installed) -> list[str]:
+    """The Warnings Crossplane recorded on the XR for the function's ProviderError results."""
+    return [
+        e.get("message", "")
+        for e in installed.kube.list("v1", "Event", "default")
+        if e.get("involvedObject", {}).get("name") == installed.name
+        and e.get("reason") == "ProviderError"
+    ]
+
+
+@pytest.mark.parametrize(
+    "installed", [WORKLOAD_EXAMPLES[0]], indirect=True, ids=["existing-dynamo"]
+)
+def test_what_the_providers_report_failing_reaches_the_xr_in_their_words(
+    installed: Installed, provider_processes
+):
+    """The workload API server refuses an Object (a ValidatingAdmissionPolicy) and a Release's
+    chart version is gone from its registry: the real providers report Synced=False, and the XR
+    says so in their words; once both are fixed, it converges again."""
+    wl = installed.cluster.kube
+    chart = CHARTS["grove"]
+    grove = "mp-grove"  # the Helm release's name (function/kube.py release)
+    with provider_processes.withdrawn(chart.repository, chart.name, chart.version):
+        for obj in refusing_policy():
+            wl.apply(obj)
+        wait_for(lambda: refused(wl), timeout=60, what="the admission policy to be in force")
+        try:
+            wl.delete(*QUOTA[:3], QUOTA[3])
+            # Helm's record of the release gone: provider-helm installs it again, and must pull.
+            for secret in wl.list("v1", "Secret", chart.namespace, f"owner=helm,name={grove}"):
+                wl.delete("v1", "Secret", secret["metadata"]["name"], chart.namespace)
+
+            def both_said() -> list[str] | None:
+                # Crossplane prefixes each event with its pipeline step.
+                found = xr_warnings(installed)
+                quota = [m for m in found if "dra-driver-critical-pods-quota (Object " in m]
+                release = [m for m in found if f"{GROVE} (Release " in m]
+                backend = condition(installed.get() or {}, "BackendReady").get("message", "")
+                named = all(f"{k} (" in backend for k in ("dra-driver-critical-pods-quota", GROVE))
+                return found if quota and release and named else None
+
+            found = wait_for(
+                both_said,
+                timeout=300,
+                what="the XR to carry both providers' errors",
+                describe=lambda: f"{xr_warnings(installed)}\n{describe(installed)}",
+                interval=2,
+            )
+            objects = by_key(installed)
+            quota = objects["dra-driver-critical-pods-quota"]
+            assert condition(quota, "Synced").get("status") == "False", quota["status"]
+            assert REFUSAL in condition(quota, "Synced")["message"]
+            assert any(REFUSAL in m for m in found), found
+            release = objects[GROVE]
+            synced = condition(release, "Synced")
+            assert synced.get("status") == "False", release["status"]
+            # The provider's own words, as far as the XR carries them (first line, bounded).
+            words = failures.words(synced["message"])
+            assert any(words in m for m in found), (words, found)
+            assert chart.version in words and "not found" in words.lower(), words
+        finally:
+            for obj in reversed(refusing_policy()):
+                wl.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+    # Fixed: the providers create both again and the XR is Ready once more.
+    wait_for(
+        lambda: installed.get() if ready(installed.get()) else None,
+        timeout=TIMEOUT,
+        what=f"InferenceCluster {installed.name} to converge again",
+        describe=lambda: describe(installed),
+        interval=2,
+    )
+    assert wl.get_or_none(*QUOTA[:3], QUOTA[3]) is not None
+
 
 RETRY_LABEL = "e2e.modelplane.ai/fixed"
 NFD_CHART = {  # a chart the function installs, from the chart server under its real name
