@@ -15,8 +15,10 @@ What it proves, for each example of WORKLOAD_EXAMPLES: every Release is installe
 (with `wait` where the function asks for it) and Ready; every Object is applied by
 provider-kubernetes and Ready by its own readiness; every GPU node runs the NFD worker and the DRA
 kubelet plugin (and the EFA DRA driver where composed); every Deployment is Available; the XR is
-Ready only through this path. And a failed first install (pods that cannot become Ready until the
-cluster is fixed) is retried by provider-helm until it converges.
+Ready only through this path. A failed first install (pods that cannot become Ready until the
+cluster is fixed) is retried by provider-helm until it converges. And what the providers report
+failing (an Object the workload API server refuses, a chart version gone from its registry)
+reaches the XR in their words. The examples install at once: `installs`.
 """
 
 from __future__ import annotations
