@@ -52,13 +52,17 @@ def words(message: object) -> str | None:
 
 
 def failure(seen: ObservedResource | None) -> str | None:
-    """What the provider reports failing on seen, in its words, or None."""
-    if seen is None:
-        return None
+    """What the provider reports failing on seen, in its words, or None. Read of every composed
+    resource on every call: derived once per observed version."""
+    return None if seen is None else seen.derived("failure", _failure)
+
+
+def _failure(seen: ObservedResource) -> str | None:
     synced = seen.condition("Synced")
     if isinstance(synced, dict) and synced.get("status") == "False":
         return words(synced.get("message")) or synced.get("reason") or "not synced"
-    if seen.at_provider("state") == "failed":  # a Helm release (provider-helm atProvider)
+    # A Helm release whose install or upgrade failed (provider-helm atProvider); never Ready.
+    if not seen.ready and seen.at_provider("state") == "failed":
         return words(seen.at_provider("releaseDescription")) or "release failed"
     return None
 

@@ -309,6 +309,9 @@ class WireResource(ObservedResource):
     def condition(self, type_: str) -> dict | None:
         return self._noted((None, "condition", type_), lambda: self._condition(type_))
 
+    def derived(self, name: str, derive):
+        return self._noted((None, "derived", name), lambda: derive(self))
+
     @property
     def ready(self) -> bool:
         # Read of nearly every resource: noted as what it is, a bool, not as the condition.

@@ -4,7 +4,7 @@ Built from plain dicts (fn.py decodes the protobuf request), so everything downs
 """
 
 import marshal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -54,6 +54,11 @@ class ObservedResource:
         if not isinstance(conditions, list):
             return None
         return next((c for c in conditions if isinstance(c, dict) and c.get("type") == type_), None)
+
+    def derived(self, name: str, derive: Callable[["ObservedResource"], Any]) -> Any:
+        """derive(self), a plain value computed from what is read of this resource (the wire
+        reader keeps it with the resource's version, as it keeps its reads)."""
+        return derive(self)
 
     @property
     def ready(self) -> bool:
