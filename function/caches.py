@@ -15,7 +15,7 @@ What a cluster has many small entries of (what was read of its observed resource
 children's names, its stack bodies, Usages and encoded entries) is kept in one group a cluster
 (Groups): a composition finds its cluster's group once and each item in that small map, not
 hundreds of items in a fleet's map of every cluster's, whose lookups reach memory the
-processor's caches have let go (README "Caches with a fleet").
+processor's caches have let go (docs/performance.md "Caches with a fleet").
 
 Every entry is weighed in bytes (what it holds, estimated from its encoded size) against one
 budget for all of them, which the operator sets (`--cache-mib`, `FUNCTION_CACHE_MIB`); when it is
@@ -49,7 +49,7 @@ MIB = 1 << 20
 BUDGET_ENV = "FUNCTION_CACHE_MIB"
 # Room for 600 clusters of the largest shape (EKS, 8 pools, Dynamo: 0.83 MiB of entries each) or
 # 1650 small ones (Existing: 0.31 MiB); the entries' weights are within a fifth of what tracemalloc
-# finds them holding (README "Caches with a fleet").
+# finds them holding (docs/performance.md "Caches with a fleet").
 DEFAULT_BUDGET_MIB = 512
 IDLE_SECONDS = 10 * 60
 # A converted dict takes about seven times its marshal dump in memory (measured on the largest

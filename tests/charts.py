@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # charts' SOURCES.md renders at 1.35.0; every chart here accepts both.
 KUBE_VERSION = "1.35.0"
 # Charts with no public source to reproduce them from (../shared/charts/SOURCES.md): named in the
-# README as unchecked.
+# docs/testing.md as unchecked.
 UNCHECKED = frozenset({"csi-mounted-fs-path"})
 
 

@@ -107,7 +107,7 @@ def gpu_nodes(docs) -> list[Node]:
 
 
 def existing_gpu_nodes(xr: dict) -> list[Node]:
-    """An Existing cluster's GPU nodes as the README asks the operator to prepare them: labelled
+    """An Existing cluster's GPU nodes as docs/clouds/existing.md asks the operator to prepare them: labelled
     with their pool, tainted nvidia.com/gpu."""
     return [
         Node(

@@ -76,6 +76,8 @@ DAEMONSET_READY = (
     " && has(object.status.numberReady)"
     " && object.status.numberReady == object.status.desiredNumberScheduled"
 )
+# GPU pools upgrade a node at a time with no surge node (node_pool says why maxSurge is not set).
+GPU_UPGRADE = {"maxUnavailable": "1"}
 # What an InfiniBand pool's replicas ask for beside their GPUs: the RDMA shared device plugin's
 # extended resource, a Synthetic device (no DRA claim: a pod requests rdma/shared_ib and IPC_LOCK),
 # published as the Nebius classes publish theirs. Shared (rdmaHcaMax below), so one per pod.
@@ -292,7 +294,7 @@ class AKSCluster:
             # upgrade": maxSurge 0 with maxUnavailable 1). maxUnavailable alone: azurerm v4.80.0
             # then sends maxSurge "0" itself, and reads a "0" back as unset, so a maxSurge given
             # here would differ on every sync and update the pool for ever.
-            "upgradeSettings": {"maxUnavailable": "1"},
+            "upgradeSettings": dict(GPU_UPGRADE),
             "tags": self.tags,
         }
         if pool.spec.zones:

@@ -74,7 +74,7 @@ IDENTITY_TYPE = "GoogleApplicationCredentials"
 # GCP ProviderConfig sources that hold no key. The cluster's ProviderConfigs then take the
 # providers' own Google identity (application default credentials: provider-kubernetes v1.3.1
 # pkg/kube/client/gke.WrapRESTConfig with no credentials), which the operator gives
-# provider-kubernetes and provider-helm as the GCP provider has its own (README, GKE access).
+# provider-kubernetes and provider-helm as the GCP provider has its own (docs/clouds/gke.md).
 KEYLESS_SOURCES = frozenset({"InjectedIdentity", "ImpersonateServiceAccount"})
 INJECTED = Identity(IDENTITY_TYPE, None)
 # 1.<minor>, then anything (a patch, a GKE build).

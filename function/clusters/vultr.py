@@ -11,7 +11,7 @@ autoscaler: they are seeded once through initProvider, like the inline system po
 only reads at creation anyway.
 
 No RWX storage: Vultr File System attachments to GPU nodes are reported to fail (unverified, see
-the README), so status.cache stays unset.
+docs/clouds/vultr.md), so status.cache stays unset.
 """
 
 from function import names, shapes

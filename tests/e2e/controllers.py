@@ -1,12 +1,12 @@
 """The one simulated step on the workload side: the work of processes kwok cannot run.
 
 kwok runs no containers, so the controllers the charts install are pods that are Running and Ready
-but do nothing. `StandIns` does, every second, exactly this and nothing else (the README lists it),
+but do nothing. `StandIns` does, every second, exactly this and nothing else (docs/testing.md lists it),
 each piece only once the real thing it stands for is in place (its Deployment Available, its
 DaemonSet's pod Ready on the node), so an install that fails shows:
 
 - the cloud's node pools: a kwok node per GPU pool node the function composed (from the composed
-  pools' own fields, tests/nodes.py), once the pool is Ready; for Existing, the GPU nodes the README
+  pools' own fields, tests/nodes.py), once the pool is Ready; for Existing, the GPU nodes docs/clouds/existing.md
   asks the operator to prepare; each with the class's GPUs, once the XR reports them;
 - the cloud's own add-ons the function only observes: VKE's GPU Operator container-toolkit
   DaemonSet (it then runs on the GPU nodes like any DaemonSet);

@@ -2,8 +2,8 @@
 
 Beside the control plane of tests/e2e/controlplane.py, each example here gets its own workload
 cluster (tests/e2e/workload.py: kube-apiserver, kube-controller-manager, kube-scheduler, kwok as
-the kubelets), and the real provider-helm v1.3.0 (the newest the Go module proxy serves, README
-"Third-party artifacts") and provider-kubernetes v1.3.1 run as processes against the management
+the kubelets), and the real provider-helm v1.3.0 (the newest the Go module proxy serves,
+docs/development.md "Third-party artifacts") and provider-kubernetes v1.3.1 run as processes against the management
 API server (tests/e2e/providers.py), reaching the charts of ../shared/charts
 on the loopback chart server under the hostnames the Releases name (tests/e2e/charts_server.py).
 
