@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from function.clusters import aks
 from tests.conftest import EXAMPLES
 from tests.e2e.controlplane import IMAGE_TLS_DIR, SYSTEM_NAMESPACE, ControlPlane, function_name
 from tests.e2e.kube import ApiError, Kube, condition, wait_for
@@ -619,10 +620,17 @@ def test_classes_come_through_the_requirements_loop(deployed: Deployed):
     pools = {p["name"]: p for p in status["gpuPools"]}
     for pool in deployed.xr["spec"]["nodePools"]:
         got = pools[pool["name"]]
-        assert [d["name"] for d in got["devices"]] == [
-            d["name"] for d in by_class[pool["className"]]
-        ], got
-        for want, have in zip(by_class[pool["className"]], got["devices"], strict=True):
+        declared = by_class[pool["className"]]
+        # The class's devices, as declared, then what the cloud adds (AKS InfiniBand pools: the
+        # RDMA shared device, unless the class declares it).
+        infiniband = (pool.get("fabric") or {}).get("type") == "InfiniBand"
+        extra = (
+            [aks.INFINIBAND_DEVICE]
+            if deployed.example.name.startswith("aks") and infiniband
+            else []
+        )
+        assert [d["name"] for d in got["devices"]] == [d["name"] for d in [*declared, *extra]], got
+        for want, have in zip([*declared, *extra], got["devices"], strict=True):
             assert have["driver"] == want["driver"] and have.get("count", 1) == want.get("count", 1)
     resolved = condition(deployed.get(), "ClassesResolved")
     assert resolved.get("status") == "True", resolved
