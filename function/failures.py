@@ -73,7 +73,7 @@ def warnings(observed: Mapping[str, ObservedResource], keys: Iterable[str]) -> l
     for key in sorted(keys):
         seen = observed.get(key)
         why = failure(seen)
-        if why is None or seen is None:
+        if why is None:
             continue
         what = f"{seen.get('kind')} {seen.get('metadata', 'name')}"
         out.append(Result("Warning", f"{key} ({what}): {why}", reason="ProviderError"))

@@ -12,7 +12,7 @@ A `Cloud` collects one reconcile's resources for one cluster and enforces four r
 """
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -316,14 +316,17 @@ class Cloud:
 
     def facts(self, provider_config: str | None, storage_class: str | None) -> ClusterFacts:
         complete = not (self.invalid_pools or self.waiting_pools)
-        waiting = self.wait_list()
+        unready = [k for k, d in self.resources.items() if not d.ready]
+        waiting, failing = unready_reasons(unready, self.observed, self.why)
+        waiting = {**self.pending, **waiting}
         if self.waiting_pools:
             reason = "WaitingForClasses"
             message = "waiting for the InferenceClasses of pools " + ", ".join(self.waiting_pools)
         elif self.invalid_pools:
             reason, message = "InvalidNodePool", "; ".join(self.invalid_pools.values())
         elif waiting:
-            reason, message = "Provisioning", self.wait_message(waiting)
+            total = len(self.resources) + len(self.pending)
+            reason, message = "Provisioning", describe_waiting(waiting, total, failing=failing)
         else:
             reason, message = "Available", "control plane, node pools and kubeconfig are ready"
         return ClusterFacts(
@@ -339,20 +342,24 @@ class Cloud:
             outlives=tuple(self.outlives),
         )
 
-    def wait_list(self) -> dict[str, str | None]:
-        """Every resource not ready yet, with why when something says so."""
-        waiting: dict[str, str | None] = dict(self.pending)
-        for key, desired in self.resources.items():
-            if desired.ready:
-                continue
-            seen = self.observed(key)
-            why = "; ".join(w for w in (self.why.get(key), failure(seen)) if w)
-            waiting[key] = why or observed_reason(seen)
-        return waiting
 
-    def wait_message(self, waiting: dict[str, str | None]) -> str:
-        failing = frozenset(k for k in waiting if failure(self.observed(k)))
-        return describe_waiting(waiting, len(self.resources) + len(self.pending), failing=failing)
+def unready_reasons(
+    keys: Iterable[str],
+    observed: Callable[[str], ObservedResource | None],
+    why: Mapping[str, str] | None = None,
+) -> tuple[dict[str, str | None], frozenset[str]]:
+    """Why each resource not ready yet waits (what the function knows, then what its provider
+    reports failing, else its Ready reason), and which of them its provider reports failing."""
+    waiting: dict[str, str | None] = {}
+    failing = set()
+    for key in keys:
+        seen = observed(key)
+        failed = failure(seen)
+        if failed:
+            failing.add(key)
+        told = "; ".join(w for w in ((why or {}).get(key), failed) if w)
+        waiting[key] = told or observed_reason(seen)
+    return waiting, frozenset(failing)
 
 
 def describe_waiting(

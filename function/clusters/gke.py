@@ -99,7 +99,6 @@ class GKECluster:
         self.cluster_name = cloud.name("gke", limit=40)
         self.labels = {"modelplane-ai-cluster": names.cloud_name(cloud.xr)}
         self.key_secret = names.child_name(cloud.xr, "gcp-access-key")
-        self.key_ready = False
 
     def render(self) -> ClusterFacts:
         c = self.cloud
@@ -117,13 +116,12 @@ class GKECluster:
         self.project_service(project)
         self.service_account("node", NODE_ROLES, project)
         self.node_account = self.email("node", project) if project else None
-        identity = INJECTED if keyless else self.access_key(project)
+        identity, key_ready = (INJECTED, True) if keyless else self.access_key(project)
         self.control_plane(project)
         self.system_pool()
         for pool in pools:
             self.node_pool(pool)
-        reachable = c.is_ready("cluster") and (keyless or self.key_ready)
-        provider_config = c.provider_configs(reachable, identity)
+        provider_config = c.provider_configs(c.is_ready("cluster") and key_ready, identity)
         self.driver_installer(provider_config)
         storage_class = self.storage_class(provider_config)
         facts = c.facts(provider_config, storage_class)
@@ -145,20 +143,20 @@ class GKECluster:
         credentials = (config.spec or {}).get("credentials") or {}
         return credentials.get("source") in KEYLESS_SOURCES
 
-    def access_key(self, project: str | None) -> Identity:
+    def access_key(self, project: str | None) -> tuple[Identity, bool]:
         """The access account, its grant and its JSON key; the identity the ProviderConfigs
-        take from the key's Secret once it is ready."""
+        take from the key's Secret, and whether the key and its grant are ready."""
         c = self.cloud
         self.service_account("access", (ACCESS_ROLE,), project)
         self.key()
         # The stack uninstalls through the key; the key goes before its grant and the cluster.
         c.anchors = ("access-key",)
         c.outlives += [("cluster", "access-key"), ("access-iam-member-0", "access-key")]
-        self.key_ready = c.is_ready("access-key") and c.is_ready("access-iam-member-0")
+        ready = c.is_ready("access-key") and c.is_ready("access-iam-member-0")
         identity = Identity(IDENTITY_TYPE, SecretKey(self.key_secret, KEY_SECRET_KEY))
-        if not self.key_ready:  # ProviderConfigs made with another identity keep it until then
-            return c.remembered_identity() or identity
-        return identity
+        if not ready:  # ProviderConfigs made with another identity keep it until then
+            return c.remembered_identity() or identity, ready
+        return identity, ready
 
     def mr(self, key: str, api: str, kind: str, name: str, for_provider: dict, **kw) -> dict:
         return self.cloud.managed(key, api, kind, name, for_provider, **kw)

@@ -21,10 +21,9 @@ from function.clusters.base import (
     PROVIDER_CONFIG_KEYS,
     as_desired,
     describe_waiting,
-    observed_reason,
+    unready_reasons,
 )
 from function.clusters.facts import ClusterFacts
-from function.failures import failure
 from function.inputs import Inputs
 from function.output import Desired, Requirement, Result
 from function.serving import gateway
@@ -105,16 +104,13 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     facts.clients_enforced = enforcing is not None and enforcing.ready
     facts.results += unplaced_gpu_plugin(inputs)
     unready = [k for k, d in facts.resources.items() if not d.ready]
-    failing = {k: why for k in unready if (why := failure(observed.get(k)))}
-    waiting = {k: failing.get(k) or observed_reason(observed.get(k)) for k in unready}
+    waiting, failing = unready_reasons(unready, observed.get)
     waiting |= pending
     if not reachable and not facts.resources:
         return facts
     if waiting:
         facts.reason = "Installing"
-        facts.message = describe_waiting(
-            waiting, len(table), "components", failing=frozenset(failing)
-        )
+        facts.message = describe_waiting(waiting, len(table), "components", failing=failing)
     elif withheld:
         facts.reason = "WaitingForClients"
         facts.message = (
