@@ -67,7 +67,7 @@ def compose_cluster(
     resources |= usages.compose(
         inputs,
         cluster.anchors,
-        cluster.outlives,
+        (*cluster.outlives, *stack.outlives),
         serving.components(xr.spec.stack, xr.spec.cluster.source),
         resources,
     )
@@ -86,6 +86,7 @@ def compose_cluster(
         conditions=[
             cluster_condition(cluster),
             Condition("BackendReady", stack.ready, stack.reason, stack.message),
+            stack.gpus,
             classes_condition(inputs.classes),
         ],
         results=cluster.results

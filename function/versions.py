@@ -99,6 +99,9 @@ IMAGES: dict[str, str] = {
     "modelexpress-server": "nvcr.io/nvidia/ai-dynamo/modelexpress-server:0.5.0",
     # AKS InfiniBand: loads nvidia-peermem (Azure/aks-rdma-infiniband, nvidia-peermem-reloader).
     "nvidia-peermem-reloader": "mcr.microsoft.com/mirror/docker/library/ubuntu:24.04",
+    # Every GPU pool's probe (function/serving/gpus.py): nvidia-smi comes from the driver through
+    # the DRA claim (CDI), so any image with bash will do; MCR's mirror has no pull rate limit.
+    "gpu-probe": "mcr.microsoft.com/mirror/docker/library/ubuntu:24.04",
 }
 
 

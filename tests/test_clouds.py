@@ -9,6 +9,7 @@ and every manifest inside an Object, is validated against the real schemas at th
 
 import pytest
 
+from function.serving import gpus
 from tests.builders import example, provider_configs
 from tests.converge import SCHEMAS, Pass, Renderer, converge, next_xr, observed_as_provider_reports
 from tests.golden import check_golden
@@ -68,6 +69,12 @@ def node_role_usages(group: str) -> set[str]:
 
 
 # Example -> (pool to drop, the composed keys that are that pool's own).
+def gpu_probe(pool: str) -> set[str]:
+    """A GPU pool's probe (function/serving/gpus.py), and the Usages keeping its namespace."""
+    keys = {gpus.claim_key(pool), gpus.probe_key(pool)}
+    return keys | {f"usage-{gpus.NAMESPACE_KEY}-by-{k}" for k in keys}
+
+
 POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
     "eks": (
         "gpu-h200",
@@ -82,6 +89,7 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
             "efa-security-group-ingress",
             "efa-security-group-egress",
             "release-efa-dra-driver",
+            *gpu_probe("gpu-h200"),
         },
     ),
     "eks-on-demand": (
@@ -90,9 +98,10 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
             "nodegroup-gpu-l40s",
             "launch-template-gpu-l40s",
             *node_role_usages("nodegroup-gpu-l40s"),
+            *gpu_probe("gpu-l40s"),
         },
     ),
-    "gke": ("gpu-h100", {"nodepool-gpu-h100"}),
+    "gke": ("gpu-h100", {"nodepool-gpu-h100", *gpu_probe("gpu-h100")}),
     # The network operator, its policy and the peermem reloader go with the last InfiniBand pool.
     "aks": (
         "gpuh100",
@@ -101,11 +110,15 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
             "release-network-operator",
             "nic-cluster-policy",
             "nvidia-peermem-reloader",
+            *gpu_probe("gpuh100"),
         },
     ),
     # The fabric's GPU cluster goes with the last pool on the fabric.
-    "nebius": ("gpu-h100", {"nodegroup-gpu-h100", "gpu-cluster-fabric-2"}),
-    "vultr": ("gpu-l40s", {"nodepool-gpu-l40s"}),
+    "nebius": (
+        "gpu-h100",
+        {"nodegroup-gpu-h100", "gpu-cluster-fabric-2", *gpu_probe("gpu-h100")},
+    ),
+    "vultr": ("gpu-l40s", {"nodepool-gpu-l40s", *gpu_probe("gpu-l40s")}),
 }
 
 

@@ -79,6 +79,7 @@ def test_insecure_round_trip_composes_an_existing_cluster():
     assert {c.type: c.status for c in rsp.conditions} == {
         "ClusterReady": fnv1.STATUS_CONDITION_TRUE,
         "BackendReady": fnv1.STATUS_CONDITION_FALSE,
+        "GPUsPublished": fnv1.STATUS_CONDITION_FALSE,
         "ClassesResolved": fnv1.STATUS_CONDITION_TRUE,
     }
     # Nothing installed yet: the XR is not Ready, whatever its composed resources say.

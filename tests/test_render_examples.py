@@ -95,6 +95,7 @@ def test_existing_renders_provider_configs_and_status(rendered):
         "Ready": ("False", "Creating"),
         "ClusterReady": ("True", "Available"),
         "BackendReady": ("False", "WaitingForCluster"),
+        "GPUsPublished": ("False", "WaitingForDRADriver"),
         "ClassesResolved": ("True", "Resolved"),
     }
     assert results == []

@@ -1,12 +1,10 @@
 """Source Vultr: a VKE cluster (HA control plane, VKE's managed firewall, an inline system pool)
 and one node pool per pool, as namespaced provider-vultr resources.
 
-VKE installs the NVIDIA GPU Operator itself; the cluster is reported ready only once the
-operator's container toolkit runs on every GPU node (an Observe-only Object on its DaemonSet),
-which it starts only after validating the driver: what the DRA driver needs. The operator's
-validator is no such signal here: its plugin check waits for nvidia.com/gpu capacity, which never
-comes on these nodes. The operator's device plugin is switched off on Modelplane's GPU pools by a
-node label: DRA is the only allocator. Node counts of autoscaling pools belong to VKE's
+VKE installs the NVIDIA GPU Operator itself, with the driver the DRA driver reads from its
+install root; whether a model can claim the GPUs is GPUsPublished's, as on every cloud
+(function/serving/gpus.py). The operator's device plugin is switched off on Modelplane's GPU
+pools by a node label: DRA is the only allocator. Node counts of autoscaling pools belong to VKE's
 autoscaler: they are seeded once through initProvider, like the inline system pool, which VKE
 only reads at creation anyway.
 
@@ -19,7 +17,6 @@ from function.clusters import calendars
 from function.clusters.base import (
     GPU_TAINT,
     NO_LATE_INIT,
-    OBSERVE_ONLY,
     SYSTEM_LABELS,
     Cloud,
     Pool,
@@ -35,16 +32,6 @@ VKE = "vke.vultr.m.upbound.io/v1beta1"
 # Lets the GPU Operator VKE installs leave the device plugin off these nodes, so its nvidia.com/gpu
 # ledger never books the devices DRA allocates.
 DEVICE_PLUGIN_OFF = {"nvidia.com/gpu.deploy.device-plugin": "false"}
-# The GPU Operator's container toolkit (assets/state-container-toolkit): its pod starts only once
-# its driver-validation init container has found a working driver, and it needs no device plugin.
-TOOLKIT = {"namespace": "gpu-operator", "name": "nvidia-container-toolkit-daemonset"}
-# Every toolkit pod scheduled is ready, and there is at least one: the GPUs can be allocated.
-TOOLKIT_RUNNING = (
-    "has(object.status) && has(object.status.desiredNumberScheduled)"
-    " && has(object.status.numberReady)"
-    " && object.status.desiredNumberScheduled >= 1"
-    " && object.status.numberReady == object.status.desiredNumberScheduled"
-)
 # Where the GPU Operator's driver container puts the driver (DefaultDriverInstallDir,
 # controllers/object_controls.go), the root the DRA driver reads it from.
 GPU_OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
@@ -71,7 +58,6 @@ class VultrCluster:
         for pool in pools:
             self.node_pool(pool)
         provider_config = c.provider_configs(self.kubeconfig_ready())
-        self.gpu_operator(provider_config)
         facts = c.facts(provider_config, None)
         facts.nvidia_driver_root = GPU_OPERATOR_DRIVER_ROOT
         return facts
@@ -176,13 +162,3 @@ class VultrCluster:
             c.warn(
                 f"{where}: the class declares {declared} GPU devices, but the plan has {whole:g}"
             )
-
-    def gpu_operator(self, provider_config: str | None) -> None:
-        """Observe the container toolkit of the GPU Operator VKE installs: ready once it runs on
-        every GPU node, each with a validated driver."""
-        c = self.cloud
-        key = "gpu-operator-toolkit"
-        if provider_config is None or not c.on_cluster(key):
-            return
-        manifest = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": dict(TOOLKIT)}
-        c.put(key, provider_config, manifest, policies=OBSERVE_ONLY, ready_when=TOOLKIT_RUNNING)

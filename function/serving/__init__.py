@@ -25,8 +25,8 @@ from function.clusters.base import (
 )
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs
-from function.output import Desired, Requirement, Result
-from function.serving import gateway
+from function.output import Condition, Desired, Requirement, Result
+from function.serving import gateway, gpus
 from function.serving.components import (
     COMPONENTS,
     GPU_NODE_LABEL,
@@ -57,6 +57,14 @@ class StackFacts:
     # The ClientTrafficPolicy that makes the gateway demand client certificates is Accepted.
     clients_enforced: bool = False
     results: list[Result] = field(default_factory=list)
+    # Whether a model can claim GPUs on every node of every GPU pool (function/serving/gpus.py).
+    gpus: Condition = field(
+        default_factory=lambda: Condition(
+            "GPUsPublished", False, "WaitingForCluster", "waiting for the cluster"
+        )
+    )
+    # (of, by) resource keys: within the stack, of outlives by.
+    outlives: list[tuple[str, str]] = field(default_factory=list)
 
 
 def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
@@ -99,28 +107,50 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         body = _body(component, built, ctx, cluster.provider_config)
         facts.resources[key] = Desired(body, ready=seen is not None and seen.ready, shared=True)
 
+    probes = gpus.render(inputs, cluster.provider_config, _ready(observed.get(gpus.NAMESPACE_KEY)))
+    facts.resources |= probes.resources
+    facts.outlives, facts.gpus = probes.outlives, probes.condition
+
     facts.address, facts.ca_certificate = observed_gateway(inputs)
     enforcing = observed.get(RESOURCE_KEYS["gateway-client-auth"])
     facts.clients_enforced = enforcing is not None and enforcing.ready
     facts.results += unplaced_gpu_plugin(inputs)
-    unready = [k for k, d in facts.resources.items() if not d.ready]
+    # A probe that is not ready says so in GPUsPublished, not as a component installing.
+    unready = [k for k, d in facts.resources.items() if not d.ready and k not in probes.daemon_sets]
     waiting, failing = unready_reasons(unready, observed.get)
     waiting |= pending
     if not reachable and not facts.resources:
         return facts
-    if waiting:
-        facts.reason = "Installing"
-        facts.message = describe_waiting(waiting, len(table), "components", failing=failing)
-    elif withheld:
-        facts.reason = "WaitingForClients"
-        facts.message = (
-            "the stack is installed; the gateway opens once an InferenceGateway publishes its "
-            "client CA"
-        )
-    else:
-        facts.ready, facts.reason = True, "Available"
-        facts.message = f"the {ctx.stack} stack is installed and the gateway is open to clients"
+    backend = verdict(
+        describe_waiting(waiting, len(table), "components", failing=failing) if waiting else None,
+        facts.gpus,
+        bool(withheld),
+        ctx.stack,
+    )
+    facts.ready, facts.reason, facts.message = backend.status, backend.reason, backend.message
     return facts
+
+
+def verdict(installing: str | None, gpus_: Condition, withheld: bool, stack: str) -> Condition:
+    """BackendReady: installed, then GPUs a model can claim, then a gateway open to clients."""
+    if installing:
+        return Condition("BackendReady", False, "Installing", installing)
+    if not gpus_.status:
+        return Condition("BackendReady", False, "WaitingForGPUs", gpus_.message)
+    if withheld:
+        return Condition(
+            "BackendReady",
+            False,
+            "WaitingForClients",
+            "the stack is installed; the gateway opens once an InferenceGateway publishes its "
+            "client CA",
+        )
+    return Condition(
+        "BackendReady",
+        True,
+        "Available",
+        f"the {stack} stack is installed and the gateway is open to clients",
+    )
 
 
 @functools.cache

@@ -16,7 +16,7 @@ import yaml
 
 from function import names, wire
 from function.models import CLOUD_BLOCKS
-from function.serving import gateway, modelexpress_crds
+from function.serving import gateway, gpus, modelexpress_crds
 from function.versions import CHARTS, IMAGES
 
 STANDARD, DYNAMO = "Standard", "Dynamo"
@@ -417,6 +417,12 @@ def table() -> tuple[Component, ...]:
             "dra-driver-critical-pods-quota", CRITICAL_PODS_QUOTA, after=("dra-driver-namespace",)
         ),
         chart("nvidia-dra-driver", dra_driver_values, after=("dra-driver-critical-pods-quota",)),
+        # Where each GPU pool's probe claims its GPUs with admin access (function/serving/gpus.py).
+        manifest(
+            gpus.NAMESPACE_KEY,
+            namespace(gpus.NAMESPACE, {gpus.ADMIN_ACCESS_LABEL: "true"}),
+            after=("nvidia-dra-driver",),
+        ),
         # On a cluster someone else runs, whether any node took the kubelet plugin (its GPU nodes
         # are labelled and tainted by its operator, not by us).
         manifest(

@@ -8,12 +8,12 @@ DaemonSet's pod Ready on the node), so an install that fails shows:
 - the cloud's node pools: a kwok node per GPU pool node the function composed (from the composed
   pools' own fields, tests/nodes.py), once the pool is Ready; for Existing, the GPU nodes docs/clouds/existing.md
   asks the operator to prepare; each with the class's GPUs, once the XR reports them;
-- the cloud's own add-ons the function only observes: VKE's GPU Operator container-toolkit
-  DaemonSet (it then runs on the GPU nodes like any DaemonSet);
 - NFD's worker: the node labels tests/nodes.py derives from the nfd-worker.conf the release
   installed, on a GPU node whose worker pod is Ready;
 - the NVIDIA DRA kubelet plugin: a ResourceSlice of the node's GPUs (driver gpu.nvidia.com, the
-  class's count), on a GPU node whose plugin pod is Ready;
+  class's count, named as the plugin names it), on a GPU node whose plugin pod is Ready; the real
+  kube-scheduler allocates the GPU probes' admin-access claims from it (kwok then runs the pods,
+  so the plugin's prepare step and nvidia-smi stay unproved here);
 - cert-manager (its controller Available): a Certificate's Secret (a key and certificate for its
   names, signed by the workload cluster's test CA) and its Ready condition;
 - trust-manager (Available): a Bundle's target ConfigMaps and its Synced condition;
@@ -54,31 +54,6 @@ CONTROLLERS = {  # the app.kubernetes.io/name of the Deployment each stand-in wa
     "envoy-gateway": "gateway-helm",
     "network-operator": "network-operator",
 }
-# VKE installs the NVIDIA GPU Operator itself (function/clusters/vultr.py observes its container
-# toolkit): its DaemonSet, on the nodes NFD finds an NVIDIA PCI device on (the operator's default
-# node selection, feature.node.kubernetes.io/pci-10de.present), tolerating every taint.
-VKE_TOOLKIT = {
-    "apiVersion": "apps/v1",
-    "kind": "DaemonSet",
-    "metadata": {"name": "nvidia-container-toolkit-daemonset", "namespace": "gpu-operator"},
-    "spec": {
-        "selector": {"matchLabels": {"app": "nvidia-container-toolkit-daemonset"}},
-        "template": {
-            "metadata": {"labels": {"app": "nvidia-container-toolkit-daemonset"}},
-            "spec": {
-                "nodeSelector": {"feature.node.kubernetes.io/pci-10de.present": "true"},
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [
-                    {
-                        "name": "nvidia-container-toolkit-ctr",
-                        "image": "nvcr.io/nvidia/k8s/container-toolkit",
-                    }
-                ],
-            },
-        },
-    },
-}
-CLOUD_ADDONS = {"Vultr": (VKE_TOOLKIT,)}
 NFD_WORKER = "node-feature-discovery-worker"  # the DaemonSet's name ends so (NFD chart 0.18.3)
 DRA_PLUGIN = "nvidia-dra-driver-gpu-kubelet-plugin"
 ENVOY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
@@ -148,7 +123,6 @@ class StandIns:
     def tick(self) -> None:
         for step in (
             self.node_pools,
-            self.cloud_addons,
             self.nfd,
             self.dra,
             self.cert_manager,
@@ -257,28 +231,6 @@ class StandIns:
                 self.gpu_nodes[name] = gpus
                 self.done.add(f"node/{name}")
 
-    def cloud_addons(self) -> None:
-        """What the cloud installs in its clusters by itself, which the function only observes."""
-        source = ((self.xr() or {}).get("spec") or {}).get("cluster", {}).get("source")
-        for addon in CLOUD_ADDONS.get(source, ()):
-            meta = addon["metadata"]
-            if self.kube.get_or_none("v1", "Namespace", meta["namespace"]) is None:
-                self.kube.apply(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Namespace",
-                        "metadata": {"name": meta["namespace"]},
-                    }
-                )
-            if self.kube.get_or_none(
-                addon["apiVersion"], addon["kind"], meta["name"], meta["namespace"]
-            ):
-                continue
-            self.kube.apply(addon, manager=MANAGER)
-            self.done.add(f"cloud/{meta['name']}")
-
-    # --- on the GPU nodes -------------------------------------------------------------------------
-
     def nfd(self) -> None:
         configs = [
             c
@@ -296,10 +248,12 @@ class StandIns:
             self.done.add(f"nfd/{name}")
 
     def dra(self) -> None:
-        for name in self.pods_ready_on(DRA_PLUGIN) & set(self.gpu_nodes):
-            slice_name = f"{name}-{GPU_DRIVER}"
-            if self.kube.get_or_none("resource.k8s.io/v1", "ResourceSlice", slice_name):
-                continue
+        published = {
+            s["spec"].get("nodeName")
+            for s in self.kube.list("resource.k8s.io/v1", "ResourceSlice")
+            if s["spec"].get("driver") == GPU_DRIVER
+        }
+        for name in self.pods_ready_on(DRA_PLUGIN) & set(self.gpu_nodes) - published:
             node = self.kube.get("v1", "Node", name)
             count = self.gpu_nodes[name]
             self.kube.create(
@@ -307,7 +261,9 @@ class StandIns:
                     "apiVersion": "resource.k8s.io/v1",
                     "kind": "ResourceSlice",
                     "metadata": {
-                        "name": slice_name,
+                        # As the plugin's slice controller names them
+                        # (k8s.io/dynamic-resource-allocation/resourceslice: <node>-<driver>-).
+                        "generateName": f"{name}-{GPU_DRIVER}-",
                         "ownerReferences": [
                             {
                                 "apiVersion": "v1",

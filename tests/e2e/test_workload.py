@@ -377,6 +377,50 @@ def test_every_gpu_node_runs_nfd_and_the_dra_plugin(installed: Installed):
         assert [s["spec"]["driver"] for s in slices] == ["gpu.nvidia.com"], slices
 
 
+def test_every_gpu_node_s_gpus_are_claimed_by_its_pool_probe(installed: Installed):
+    """The real kube-scheduler allocated each GPU node's probe claim (admin access, the class's
+    count) from that node's published slice, and the XR counts it in GPUsPublished."""
+    wl = installed.cluster.kube
+    gpu = installed.stand_ins.gpu_nodes
+    probes = [
+        p for p in wl.list("v1", "Pod", "modelplane-gpu-probe") if p["spec"].get("nodeName") in gpu
+    ]
+    assert {p["spec"]["nodeName"] for p in probes} == set(gpu), installed.stand_ins.report()
+    slices = {
+        s["spec"]["nodeName"]: s
+        for s in wl.list("resource.k8s.io/v1", "ResourceSlice")
+        if s["spec"].get("driver") == "gpu.nvidia.com"
+    }
+    for pod in probes:
+        node = pod["spec"]["nodeName"]
+        assert condition(pod, "Ready").get("status") == "True", pod.get("status")
+        (status,) = pod["status"]["resourceClaimStatuses"]
+        claim = wl.get(
+            "resource.k8s.io/v1",
+            "ResourceClaim",
+            status["resourceClaimName"],
+            "modelplane-gpu-probe",
+        )
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert len(results) == gpu[node], results
+        assert all(r["adminAccess"] is True for r in results), results
+        assert {r["pool"] for r in results} == {node}
+        assert {r["device"] for r in results} <= {
+            d["name"] for d in slices[node]["spec"]["devices"]
+        }
+        assert slices[node]["metadata"]["name"].startswith(f"{node}-gpu.nvidia.com-")
+    published = condition(installed.get(), "GPUsPublished")
+    assert published.get("status") == "True", installed.describe()
+    pools: dict[str, list[str]] = {}
+    for pod in probes:
+        pools.setdefault(pod["metadata"]["labels"]["app.kubernetes.io/instance"], []).append(
+            pod["spec"]["nodeName"]
+        )
+    for pool, nodes_ in pools.items():
+        gpus = sum(gpu[n] for n in nodes_)
+        assert f"{pool}: {len(nodes_)} of {len(nodes_)} nodes, {gpus} GPUs" in published["message"]
+
+
 def test_every_deployment_and_daemonset_is_up(installed: Installed):
     wl = installed.cluster.kube
     deployments = wl.list("apps/v1", "Deployment")

@@ -61,7 +61,12 @@ STATUS = {
     "Gateway": _gateway,
     "ClientTrafficPolicy": _client_traffic_policy,
     "Deployment": _deployment,
-    "DaemonSet": lambda m, a: {"desiredNumberScheduled": 2, "numberReady": 2, "numberAvailable": 2},
+    "DaemonSet": lambda m, a: {
+        "observedGeneration": 1,
+        "desiredNumberScheduled": 2,
+        "numberReady": 2,
+        "numberAvailable": 2,
+    },
     # The network operator's overall state once every component it deploys is ready.
     "NicClusterPolicy": lambda m, a: {"state": "ready"},
 }
@@ -76,7 +81,8 @@ def remote_status(manifest: dict, gateway_address: str | None) -> dict | None:
 def remote_object(manifest: dict, observe_only: bool, gateway_address: str | None) -> dict:
     """The object as it exists on the workload cluster."""
     remote = copy.deepcopy(manifest)
-    remote.setdefault("metadata", {})["uid"] = "00000000-0000-0000-0000-000000000001"
+    meta = remote.setdefault("metadata", {})
+    meta["uid"], meta["generation"] = "00000000-0000-0000-0000-000000000001", 1
     if observe_only and manifest.get("kind") == "ConfigMap":
         # The one ConfigMap the function observes: trust-manager's copy of the cluster CA.
         remote["data"] = {"ca.crt": CLUSTER_CA}

@@ -1,5 +1,5 @@
-"""The Vultr renderer: the VKE cluster, node pools with a floor of one, the GPU Operator readiness
-gate, no RWX storage, shapes."""
+"""The Vultr renderer: the VKE cluster, node pools with a floor of one, the GPU Operator's driver
+root, no RWX storage, shapes."""
 
 import copy
 
@@ -10,8 +10,7 @@ from function.inputs import Observed, ObservedResource
 from function.names import kubeconfig_secret
 from function.output import Output
 from tests.builders import all_classes, example
-from tests.sim import workload
-from tests.sim.providers import conditions, observe
+from tests.sim.providers import observe
 from tests.unit import sim
 
 
@@ -128,53 +127,17 @@ def test_a_fixed_pool_of_zero_is_one_node():
     assert spec["forProvider"]["nodeQuantity"] == 1
 
 
-# --- the GPU Operator readiness gate ------------------------------------------------------------
+# --- GPUs: the GPU Operator's driver, DRA's claims --------------------------------------------
 
 
-def test_gpu_operator_toolkit_is_observed_once_the_cluster_is_reachable():
-    xr, classes = example("vultr")
-    first = compose_cluster(xr, all_classes(classes), Observed())
-    assert "gpu-operator-toolkit" not in first.resources
-    # The ProviderConfigs come with the kubeconfig; the Object once they are observed.
-    second = compose_cluster(xr, all_classes(classes), reported(first))
-    assert "provider-config-kubernetes" in second.resources
-    assert "gpu-operator-toolkit" not in second.resources
-    assert "gpu-operator-toolkit (ProviderConfigs)" in cluster_ready(second).message
-    third = compose_cluster(xr, all_classes(classes), reported(second))
-    body = third.resources["gpu-operator-toolkit"].body
-    assert body["spec"]["managementPolicies"] == ["Observe"]
-    # Not the validator: its plugin check waits for nvidia.com/gpu capacity, which the pools'
-    # device-plugin=false label keeps from ever coming, so it crash-loops on DRA nodes.
-    assert body["spec"]["forProvider"]["manifest"] == {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"namespace": "gpu-operator", "name": "nvidia-container-toolkit-daemonset"},
-    }
-    readiness = body["spec"]["readiness"]
-    assert readiness["policy"] == "DeriveFromCelQuery"
-    assert (
-        "object.status.numberReady == object.status.desiredNumberScheduled"
-        in (readiness["celQuery"])
-    )
-    assert "object.status.desiredNumberScheduled >= 1" in readiness["celQuery"]
-
-
-@pytest.mark.parametrize(
-    ("status", "ready"),
-    [
-        ({"desiredNumberScheduled": 2, "numberReady": 2}, True),
-        ({"desiredNumberScheduled": 2, "numberReady": 1}, False),
-        # No GPU node yet (or the operator not there): nothing to allocate.
-        ({"desiredNumberScheduled": 0, "numberReady": 0}, False),
-        ({}, False),
-    ],
-)
-def test_the_toolkit_gate_reads_the_daemonset_status(status, ready):
+def test_readiness_is_the_gpus_a_model_can_claim_not_the_gpu_operator():
+    """VKE's GPU Operator is not watched: GPUsPublished (function/serving/gpus.py) proves more."""
     xr, classes = example("vultr")
     out = converge(xr, classes)
-    body = out.resources["gpu-operator-toolkit"].body
-    remote = {"apiVersion": "apps/v1", "kind": "DaemonSet", "status": status}
-    assert workload.object_ready(body, remote) is ready
+    assert not any("toolkit" in k for k in out.resources)
+    assert "gpu-probe-gpu-l40s" in out.resources
+    published = next(c for c in out.conditions if c.type == "GPUsPublished")
+    assert (published.status, published.reason) == (True, "Claimable")
 
 
 def test_the_dra_driver_reads_the_driver_where_the_gpu_operator_puts_it():
@@ -182,18 +145,6 @@ def test_the_dra_driver_reads_the_driver_where_the_gpu_operator_puts_it():
     out = converge(xr, classes)
     values = out.resources["release-nvidia-dra-driver"].body["spec"]["forProvider"]["values"]
     assert values["nvidiaDriverRoot"] == "/run/nvidia/driver"
-
-
-def test_the_cluster_is_not_ready_until_the_gpu_operator_toolkit_runs():
-    xr, classes = example("vultr")
-    waiting = conditions(ready=False, reason="Unavailable")
-    out = converge(xr, classes, overrides={"gpu-operator-toolkit": {"conditions": waiting}})
-    ready = cluster_ready(out)
-    assert (ready.status, ready.reason) == (False, "Provisioning")
-    assert ready.message == "waiting for 1 of 5 resources: gpu-operator-toolkit (Unavailable)"
-    assert out.ready is False
-    done = converge(xr, classes)
-    assert (cluster_ready(done).status, cluster_ready(done).reason) == (True, "Available")
 
 
 def test_vke_firewall_at_creation_and_a_warning_for_a_cluster_without_one():
