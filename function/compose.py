@@ -19,6 +19,7 @@ from function.inputs import (
 )
 from function.models import InferenceCluster
 from function.output import Condition, Desired, Output, Requirement, Result
+from function.serving import adoption
 
 
 def compose_class(body: dict) -> Output:
@@ -92,7 +93,7 @@ def compose_cluster(
         results=cluster.results
         + stack.results
         + kept
-        + failures.warnings(observed.resources, resources)
+        + failures.warnings(observed.resources, resources.keys() - adoption.DETECTOR_KEYS)
         + class_results(xr, inputs.classes),
         requirements=wanted,
         schemas=wanted_schemas,

@@ -69,8 +69,13 @@ def node_role_usages(group: str) -> set[str]:
 
 
 # Example -> (pool to drop, the composed keys that are that pool's own).
-def gpu_probe(pool: str) -> set[str]:
-    """A GPU pool's probe (function/serving/gpus.py), and the Usages keeping its namespace."""
+def gpu_probe(name: str, pool: str) -> set[str]:
+    """A fixed GPU pool's probe (function/serving/gpus.py) and the Usages keeping its namespace;
+    an autoscaled pool has none."""
+    xr, _ = load(name)
+    spec = next(p for p in xr["spec"]["nodePools"] if p["name"] == pool)
+    if spec.get("maxNodeCount", 0) > spec.get("minNodeCount", 0):
+        return set()
     keys = {gpus.claim_key(pool), gpus.probe_key(pool)}
     return keys | {f"usage-{gpus.NAMESPACE_KEY}-by-{k}" for k in keys}
 
@@ -89,7 +94,6 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
             "efa-security-group-ingress",
             "efa-security-group-egress",
             "release-efa-dra-driver",
-            *gpu_probe("gpu-h200"),
         },
     ),
     "eks-on-demand": (
@@ -98,10 +102,9 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
             "nodegroup-gpu-l40s",
             "launch-template-gpu-l40s",
             *node_role_usages("nodegroup-gpu-l40s"),
-            *gpu_probe("gpu-l40s"),
         },
     ),
-    "gke": ("gpu-h100", {"nodepool-gpu-h100", *gpu_probe("gpu-h100")}),
+    "gke": ("gpu-h100", {"nodepool-gpu-h100"}),
     # The network operator, its policy and the peermem reloader go with the last InfiniBand pool.
     "aks": (
         "gpuh100",
@@ -110,15 +113,14 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
             "release-network-operator",
             "nic-cluster-policy",
             "nvidia-peermem-reloader",
-            *gpu_probe("gpuh100"),
         },
     ),
     # The fabric's GPU cluster goes with the last pool on the fabric.
     "nebius": (
         "gpu-h100",
-        {"nodegroup-gpu-h100", "gpu-cluster-fabric-2", *gpu_probe("gpu-h100")},
+        {"nodegroup-gpu-h100", "gpu-cluster-fabric-2"},
     ),
-    "vultr": ("gpu-l40s", {"nodepool-gpu-l40s", *gpu_probe("gpu-l40s")}),
+    "vultr": ("gpu-l40s", {"nodepool-gpu-l40s"}),
 }
 
 
@@ -247,7 +249,7 @@ def test_dropping_a_pool_removes_exactly_its_resources(renderer, converged, name
     if not xr["spec"]["nodePools"]:
         del xr["spec"]["nodePools"]
     after = replay(renderer, name, last, xr=xr)
-    assert set(last.composed) - set(after.composed) == own
+    assert set(last.composed) - set(after.composed) == own | gpu_probe(name, pool)
     for key in after.composed:
         if key in last.composed:
             assert content(after.composed[key]) == content(last.composed[key]), key

@@ -103,15 +103,17 @@ def test_existing_renders_provider_configs_and_status(rendered):
 
 def test_existing_second_pass_installs_the_stack_through_the_provider_configs(rendered):
     xr, composed, _ = split(rendered["existing-second-pass"])
-    # What needs no other component goes first; the rest waits for what it needs.
-    first = {"release-cert-manager", "gaie-crd-inferencepools", "gateway-namespace"}
+    # What needs no other component goes first; the rest waits for what it needs. cert-manager
+    # is first looked for on the cluster (function/serving/adoption.py), not installed yet.
+    first = {"detect-cert-manager", "gaie-crd-inferencepools", "gateway-namespace"}
     assert first <= set(composed)
+    assert "release-cert-manager" not in composed
     assert "gateway-selfsigned-issuer" not in composed  # needs cert-manager Ready
     # Envoy Gateway needs the InferencePool CRD and the grant to read them first.
     assert "release-envoy-gateway" not in composed
-    release = composed["release-cert-manager"]
-    assert release["spec"]["forProvider"]["chart"]["name"] == "cert-manager"
-    assert release["metadata"]["namespace"] == "modelplane-system"
+    detector = composed["detect-cert-manager"]["spec"]
+    assert detector["managementPolicies"] == ["Observe"]
+    assert detector["forProvider"]["manifest"]["metadata"]["name"] == "certificates.cert-manager.io"
     # The Release is not ready until its observed Ready condition says so.
     ready = next(c for c in xr["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False"

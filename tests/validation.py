@@ -54,11 +54,14 @@ def is_core(doc: dict) -> bool:
 
 
 def embedded(docs: list[dict]) -> list[dict]:
-    """The manifests carried by provider-kubernetes Objects."""
+    """The manifests provider-kubernetes Objects apply (an Observe-only one only names what it
+    reads: provider-kubernetes never sends it to the API server)."""
     return [
         d["spec"]["forProvider"]["manifest"]
         for d in docs
-        if d.get("kind") == "Object" and d.get("apiVersion", "").startswith("kubernetes.")
+        if d.get("kind") == "Object"
+        and d.get("apiVersion", "").startswith("kubernetes.")
+        and d["spec"].get("managementPolicies") != ["Observe"]
     ]
 
 

@@ -26,9 +26,10 @@ from function.clusters.base import (
 from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs
 from function.output import Condition, Desired, Requirement, Result
-from function.serving import gateway, gpus
+from function.serving import adoption, gateway, gpus
 from function.serving.components import (
     COMPONENTS,
+    EXISTING,
     GPU_NODE_LABEL,
     RESOURCE_KEYS,
     Component,
@@ -86,9 +87,17 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     table = components(ctx.stack, inputs.xr.spec.cluster.source)
     pending: dict[str, str | None] = {}
     withheld: list[str] = []
+    adopted: dict[str, bool] = {}  # resource key -> whether what it stands for is ready
     for component in table:
         key = component.resource_key
         seen = observed.get(key)
+        decision = _adoption(component, inputs, cluster.provider_config, facts, reachable)
+        if decision is not None and decision.verdict != "install":
+            if decision.verdict == "adopted":
+                adopted[key] = decision.ready
+            else:
+                pending[key] = decision.why
+            continue
         built = component.build(ctx)
         if built is None:
             if seen is None:
@@ -100,7 +109,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
             withheld.append(key)
             continue
         if seen is None:  # first composed once reachable and what it comes after is Ready
-            blocked = _blocked(component, observed, cluster)
+            blocked = _blocked(component, observed, cluster, adopted)
             if not reachable or blocked:
                 pending[key] = ", ".join(blocked) if reachable else "ProviderConfigs"
                 continue
@@ -135,7 +144,7 @@ def verdict(installing: str | None, gpus_: Condition, withheld: bool, stack: str
     """BackendReady: installed, then GPUs a model can claim, then a gateway open to clients."""
     if installing:
         return Condition("BackendReady", False, "Installing", installing)
-    if not gpus_.status:
+    if not gpus_.status and gpus_.reason != gpus.ADMIN_ACCESS_OFF_REASON:
         return Condition("BackendReady", False, "WaitingForGPUs", gpus_.message)
     if withheld:
         return Condition(
@@ -259,10 +268,43 @@ def _make_body(component: Component, built: dict, ctx: Context, provider_config:
     )
 
 
-def _blocked(component: Component, observed, cluster: ClusterFacts) -> list[str]:
-    """What a component not composed yet still waits for."""
+def _adoption(
+    component: Component,
+    inputs: Inputs,
+    provider_config: str,
+    facts: StackFacts,
+    reachable: bool,
+) -> adoption.Decision | None:
+    """On a cluster someone else runs (a provisioned one starts empty), look for an adoptable
+    component before first installing it, and say what was found; None when there is nothing to
+    decide. A detector once observed is kept, whatever happens to the component."""
+    if component.key not in adoption.DETECTORS or inputs.xr.spec.cluster.source != EXISTING:
+        return None
+    observed = inputs.observed.resources
+    key = adoption.detector_key(component.key)
+    if component.resource_key in observed:  # installed by the function: its own for good
+        if key in observed:
+            facts.resources[key] = Desired(as_desired(observed[key].body), ready=True)
+        return None
+    if not reachable:
+        return None
+    facts.resources[key] = adoption.detector(inputs.xr.name, component.key, provider_config)
+    decision = adoption.decide(component.key, observed.get(key))
+    facts.results += adoption.results(component.key, decision)
+    return decision
+
+
+def _blocked(
+    component: Component, observed, cluster: ClusterFacts, adopted: dict[str, bool]
+) -> list[str]:
+    """What a component not composed yet still waits for (an adopted component: what stands
+    for it)."""
     needs = (*component.after, *component.watches)
-    blocked = [d for d in needs if not _ready(observed.get(RESOURCE_KEYS[d]))]
+    blocked = [
+        d
+        for d in needs
+        if not adopted.get(RESOURCE_KEYS[d]) and not _ready(observed.get(RESOURCE_KEYS[d]))
+    ]
     if component.key == DRA_DRIVER:  # the node driver a cloud installs itself comes first
         blocked += [k for k in cluster.nvidia_driver_installers if not _ready(observed.get(k))]
     return blocked

@@ -18,12 +18,14 @@ results). The pod and its command are NVIDIA's quickstart (demo/specs/quickstart
 at v25.12.0): an Ubuntu image, `nvidia-smi -L`, then sleep.
 """
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from function import kube, names
 from function.clusters.base import as_desired
 from function.inputs import Inputs, ObservedResource
-from function.models import InferenceClass
+from function.models import InferenceClass, NodePool
 from function.output import Condition, Desired
 from function.versions import IMAGES
 
@@ -33,13 +35,28 @@ ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 NAMESPACE_KEY = "gpu-probes-namespace"  # no pool's keys can be it
 APP = "modelplane-gpu-probe"
 CLAIM = "gpus"
-# Exits (and the pod restarts, unready) unless the driver lists the claimed GPUs.
-PROBE = "set -e; nvidia-smi -L; trap 'exit 0' TERM; sleep infinity & wait"
-# Every node of the pool runs a ready probe, as of the DaemonSet's current spec.
+# Ready once the driver has listed the claimed GPUs, asked again every 5 minutes: a GPU that stops
+# answering (or a hung driver, after 60 s) ends the container, and the pod is not Ready again until
+# the driver answers.
+PROBE = (
+    "set -e; trap 'exit 0' TERM; "
+    "while true; do timeout 60 nvidia-smi -L; touch /run/gpus-listed; sleep 300 & wait $!; done"
+)
+LISTED = {"exec": {"command": ["test", "-f", "/run/gpus-listed"]}, "periodSeconds": 10}
+# Every node of the pool runs a ready probe of the DaemonSet's current spec.
 ALL_READY = (
     "has(object.status) && has(object.status.observedGeneration)"
     " && object.status.observedGeneration >= object.metadata.generation"
     " && object.status.numberReady == object.status.desiredNumberScheduled"
+    " && (has(object.status.updatedNumberScheduled) ? object.status.updatedNumberScheduled : 0)"
+    " == object.status.desiredNumberScheduled"
+)
+# The API server kept adminAccess on every request: with the DRAAdminAccess feature gate off it
+# drops the field (the claim template strategy's dropDisabledDRAAdminAccessFields), and the probe
+# would then take the GPUs from models. The DaemonSet waits for this.
+ADMIN_ACCESS_KEPT = (
+    "has(object.spec) && object.spec.spec.devices.requests.all(r, has(r.exactly)"
+    " && has(r.exactly.adminAccess) && r.exactly.adminAccess == true)"
 )
 
 
@@ -85,7 +102,7 @@ def claim_template(name: str, requests: list[dict]) -> dict:
     }
 
 
-def daemon_set(name: str, pool: str) -> dict:
+def daemon_set(name: str, pool: str, template: str) -> dict:
     labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/instance": pool}
     return {
         "apiVersion": "apps/v1",
@@ -103,12 +120,13 @@ def daemon_set(name: str, pool: str) -> dict:
                     "enableServiceLinks": False,
                     "terminationGracePeriodSeconds": 5,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                    "resourceClaims": [{"name": CLAIM, "resourceClaimTemplateName": name}],
+                    "resourceClaims": [{"name": CLAIM, "resourceClaimTemplateName": template}],
                     "containers": [
                         {
                             "name": "nvidia-smi",
                             "image": IMAGES["gpu-probe"],
                             "command": ["bash", "-c", PROBE],
+                            "readinessProbe": LISTED,
                             "resources": {
                                 "requests": {"cpu": "1m", "memory": "16Mi"},
                                 "limits": {"memory": "128Mi"},
@@ -137,42 +155,88 @@ class Probes:
     daemon_sets: set[str]
 
 
+# What a pool's probe says, besides (ready nodes, nodes): not observed yet, or why none runs.
+UNOBSERVED, AUTOSCALED, ADMIN_ACCESS_OFF = "not observed yet", "autoscaled", "admin access off"
+# Nothing can be proved without admin access: the backend does not wait for what cannot come.
+ADMIN_ACCESS_OFF_REASON = "AdminAccessOff"
+State = tuple[int, int] | str
+
+
+def autoscaled(pool: NodePool) -> bool:
+    """A pool an autoscaler may resize. cluster-autoscaler 1.34 counts admin-access allocations
+    as used devices and copies a DaemonSet's claims onto the node it simulates, and 1.35.0 still
+    counts them when it consolidates (kubernetes/autoscaler#8063;
+    simulator/dynamicresources/snapshot/snapshot_claim_tracker.go): a probe holding a claim would
+    keep such a pool from scaling down, or up. So none runs there."""
+    return pool.max_node_count is not None and pool.max_node_count > (pool.min_node_count or 0)
+
+
 def render(inputs: Inputs, provider_config: str | None, namespace_ready: bool) -> Probes:
-    """Each GPU pool's claim template and DaemonSet, once the probe namespace is Ready (the DRA
-    driver's DeviceClasses come before it); a pool whose class cannot be read now keeps what it
-    has. Without the cluster's ProviderConfig nothing is composed (the caller keeps what runs)."""
-    xr = inputs.xr.name
+    """Each fixed GPU pool's claim template, once the probe namespace is Ready (the DRA driver's
+    DeviceClasses come before it), then its DaemonSet, once the template kept admin access. A
+    pool whose class cannot be read now keeps what it has. Without the cluster's ProviderConfig
+    nothing is composed (the caller keeps what runs)."""
     observed = inputs.observed.resources
     resources: dict[str, Desired] = {}
-    counts: dict[str, tuple[int, int] | None] = {}  # pool -> (ready nodes, nodes), or unknown
+    states: dict[str, State] = {}
     per_node: dict[str, int] = {}
     for pool in inputs.xr.spec.node_pools:
-        keys = (claim_key(pool.name), probe_key(pool.name))
+        template_key, probe = claim_key(pool.name), probe_key(pool.name)
         cls = inputs.classes.resolved.get(pool.class_name)
         requests = gpu_requests(cls) if cls is not None else []
-        if provider_config is None:
-            pass
-        elif requests and (namespace_ready or any(k in observed for k in keys)):
-            name = workload_name(xr, pool.name)
-            made = (claim_template(name, requests), daemon_set(name, pool.name))
-            for key, manifest, ready_when in zip(keys, made, (None, ALL_READY), strict=True):
-                body = kube.manifest_object(
-                    xr, key, manifest, provider_config, ready_when=ready_when
-                )
-                # The Object's own name, lowercase like every other pool resource's.
-                body["metadata"]["name"] = names.cloud_name(xr, key, cluster=xr)
-                resources[key] = Desired(body, ready=_ready(observed.get(key)))
-        elif cls is None:  # kept as it is while the class cannot be read
-            for key in keys:
-                if key in observed:
-                    resources[key] = Desired(as_desired(observed[key].body), _ready(observed[key]))
-        if requests or keys[1] in resources:
-            counts[pool.name] = nodes(observed.get(keys[1]))
         if requests:
             per_node[pool.name] = sum(r["exactly"]["count"] for r in requests)
+        if cls is None:  # kept as it is while the class cannot be read
+            for key in (template_key, probe):
+                if key in observed:
+                    resources[key] = Desired(as_desired(observed[key].body), _ready(observed[key]))
+            if probe in resources:
+                states[pool.name] = _state(observed.get(probe))
+            continue
+        if not requests:
+            continue  # no NVIDIA GPUs declared: nothing to claim
+        if autoscaled(pool):
+            states[pool.name] = AUTOSCALED
+            continue
+        states[pool.name] = UNOBSERVED
+        if provider_config is None or not (namespace_ready or template_key in observed):
+            continue
+        name = workload_name(inputs.xr.name, pool.name)
+        template = claim_template(f"{name}-{_digest(requests)}", requests)
+        resources[template_key] = _object(
+            inputs, template_key, template, provider_config, ADMIN_ACCESS_KEPT
+        )
+        if not resources[template_key].ready and probe not in observed:
+            if template_key in observed and observed[template_key].get("status"):
+                states[pool.name] = ADMIN_ACCESS_OFF
+            continue
+        made = daemon_set(name, pool.name, template["metadata"]["name"])
+        resources[probe] = _object(inputs, probe, made, provider_config, ALL_READY)
+        states[pool.name] = _state(observed.get(probe))
     outlives = [(NAMESPACE_KEY, k) for k in resources]
-    daemon_sets = {probe_key(p) for p in counts} & resources.keys()
-    return Probes(resources, outlives, condition(counts, per_node, bool(resources)), daemon_sets)
+    daemon_sets = {probe_key(p) for p in states} & resources.keys()
+    return Probes(resources, outlives, condition(states, per_node, bool(resources)), daemon_sets)
+
+
+def _object(
+    inputs: Inputs, key: str, manifest: dict, provider_config: str, ready_when: str
+) -> Desired:
+    body = kube.manifest_object(
+        inputs.xr.name, key, manifest, provider_config, ready_when=ready_when
+    )
+    # The Object's own name, lowercase like every other pool resource's.
+    body["metadata"]["name"] = names.cloud_name(inputs.xr.name, key, cluster=inputs.xr.name)
+    return Desired(body, ready=_ready(inputs.observed.resources.get(key)))
+
+
+def _digest(requests: list[dict]) -> str:
+    """A claim template cannot be updated: a class that asks for other GPUs gets a new one."""
+    return hashlib.sha256(json.dumps(requests, sort_keys=True).encode()).hexdigest()[:5]
+
+
+def _state(seen: ObservedResource | None) -> State:
+    counted = nodes(seen)
+    return UNOBSERVED if counted is None else counted
 
 
 def _ready(seen: ObservedResource | None) -> bool:
@@ -190,10 +254,18 @@ def nodes(seen: ObservedResource | None) -> tuple[int, int] | None:
     generation = _count(seen.at_provider("manifest", "metadata", "generation"))
     seen_generation = _count(status.get("observedGeneration"))
     ready = _count(status.get("numberReady", 0))
+    updated = _count(status.get("updatedNumberScheduled", 0))
     desired = _count(status.get("desiredNumberScheduled", 0))
-    if None in (generation, seen_generation, ready, desired) or seen_generation < generation:
+    if (
+        generation is None
+        or seen_generation is None
+        or ready is None
+        or updated is None
+        or desired is None
+        or seen_generation < generation
+    ):
         return None
-    return ready, desired
+    return min(ready, updated), desired
 
 
 def _count(value: object) -> int | None:
@@ -203,15 +275,14 @@ def _count(value: object) -> int | None:
     return int(value)
 
 
-def condition(
-    counts: dict[str, tuple[int, int] | None], per_node: dict[str, int], composed: bool
-) -> Condition:
-    """True once every pool that has nodes can have its GPUs claimed on each of them."""
-    if not counts:
+def condition(states: dict[str, State], per_node: dict[str, int], composed: bool) -> Condition:
+    """True once every fixed pool that has nodes can have its GPUs claimed on each of them."""
+    if not per_node:
         return Condition(
             "GPUsPublished", True, "NoGPUPools", "no pool's class declares NVIDIA GPUs"
         )
-    if not composed:
+    probed = {p: s for p, s in states.items() if s != AUTOSCALED}
+    if probed and not composed:
         return Condition(
             "GPUsPublished",
             False,
@@ -219,12 +290,13 @@ def condition(
             "the GPU probes go on the cluster once the NVIDIA DRA driver is installed",
         )
     parts, short = [], []
-    for pool, count in counts.items():
-        if count is None:
-            parts.append(f"{pool}: not observed yet")
-            short.append(pool)
+    for pool, state in states.items():
+        if isinstance(state, str):
+            parts.append(f"{pool}: {state}")
+            if state != AUTOSCALED:
+                short.append(pool)
             continue
-        ready, total = count
+        ready, total = state
         if total == 0:
             parts.append(f"{pool}: no nodes")
             continue
@@ -232,15 +304,23 @@ def condition(
         parts.append(f"{pool}: {ready} of {total} nodes{gpus_text}")
         if ready < total:
             short.append(pool)
-    if not short:
+    listed = "; ".join(parts)
+    if ADMIN_ACCESS_OFF in probed.values():
         return Condition(
-            "GPUsPublished", True, "Claimable", "GPUs can be claimed on " + "; ".join(parts)
+            "GPUsPublished",
+            False,
+            ADMIN_ACCESS_OFF_REASON,
+            f"the cluster's API server dropped adminAccess from the GPU probes' claims ({listed}): "
+            "its DRAAdminAccess feature gate is off, and a probe would take the GPUs from models, "
+            "so none runs; turn the gate on (beta and on by default from Kubernetes 1.34)",
         )
+    if not short:
+        return Condition("GPUsPublished", True, "Claimable", f"GPUs can be claimed on {listed}")
     return Condition(
         "GPUsPublished",
         False,
         "NotClaimable",
-        f"GPUs cannot be claimed on every node of {', '.join(short)} (" + "; ".join(parts) + "): "
+        f"GPUs cannot be claimed on every node of {', '.join(short)} ({listed}): "
         "a node counts once the NVIDIA DRA kubelet plugin publishes its GPUs and a pod can claim "
         f"them (kubectl -n {NAMESPACE} get pods -o wide on the cluster)",
     )

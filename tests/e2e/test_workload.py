@@ -26,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -35,6 +36,7 @@ import yaml
 
 from function import failures
 from function.versions import CHARTS
+from tests.charts import charts_dir, helm_bin
 from tests.conftest import EXAMPLES
 from tests.e2e import providers as real_providers
 from tests.e2e.controllers import StandIns
@@ -73,6 +75,56 @@ WORKLOAD_EXAMPLES = [
     E2EExample("eks", world=CAPACITY_BLOCKS),
     E2EExample("gke"),
 ]
+
+
+# A cert-manager another Helm release installed before the XR (the Existing example): adopted,
+# never installed beside, left installed when the XR goes (function/serving/adoption.py).
+ADOPTED = {"existing-dynamo": ("platform-cert-manager", "platform")}  # release, its namespace
+
+
+def preinstall(state: Installed) -> None:
+    """helm install, as a platform team would have, of the cert-manager chart the function pins."""
+    release, namespace = ADOPTED[state.example.name]
+    chart = charts_dir() / f"cert-manager-{CHARTS['cert-manager'].version}"
+    subprocess.run(
+        [
+            helm_bin(),
+            "install",
+            release,
+            str(chart),
+            "--namespace",
+            namespace,
+            "--create-namespace",
+            "--set",
+            "crds.enabled=true",
+            "--no-hooks",  # its startupapicheck Job would never run on kwok
+            "--kubeconfig",
+            str(state.cluster.kubeconfig),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def helm_revisions(state: Installed) -> list[str]:
+    """The adopted release's revisions, as Helm records them (one Secret each)."""
+    release, namespace = ADOPTED[state.example.name]
+    return sorted(
+        s["metadata"]["name"]
+        for s in state.cluster.kube.list("v1", "Secret", namespace)
+        if s["metadata"]["name"].startswith(f"sh.helm.release.v1.{release}.v")
+    )
+
+
+def still_adopted(state: Installed) -> None:
+    """After the XR is gone: the adopted release and its CRD are as they were."""
+    release, _ = ADOPTED[state.example.name]
+    assert helm_revisions(state) == [f"sh.helm.release.v1.{release}.v1"], helm_revisions(state)
+    crd = state.cluster.kube.get_or_none(
+        "apiextensions.k8s.io/v1", "CustomResourceDefinition", "certificates.cert-manager.io"
+    )
+    assert crd is not None, "deleting the XR took the adopted cert-manager's CRD"
 
 
 def real_kinds(kube: Kube) -> list:
@@ -207,6 +259,8 @@ def installs(
         try:
             for name, state in states.items():
                 apply_setup(kube, (*setups[name], *state.classes))
+                if name in ADOPTED:
+                    preinstall(state)
             began = time.monotonic()
             for state in states.values():
                 kube.apply(state.xr)
@@ -239,6 +293,10 @@ def installs(
                 list(pool.map(uninstall, states.values()))
             for name, state in states.items():
                 delete_all(kube, (*state.classes, *setups[name]))
+            # Deleting an XR leaves what it adopted: checked here, once every XR is gone.
+            for name in ADOPTED:
+                if states[name].failure is None:
+                    still_adopted(states[name])
 
 
 def uninstall(state: Installed) -> None:
@@ -381,11 +439,22 @@ def test_every_gpu_node_s_gpus_are_claimed_by_its_pool_probe(installed: Installe
     """The real kube-scheduler allocated each GPU node's probe claim (admin access, the class's
     count) from that node's published slice, and the XR counts it in GPUsPublished."""
     wl = installed.cluster.kube
-    gpu = installed.stand_ins.gpu_nodes
+    fixed = {
+        p["name"]
+        for p in installed.xr["spec"]["nodePools"]
+        if p.get("maxNodeCount", 0) <= p.get("minNodeCount", 0)
+    }
+    gpu = {
+        n: count
+        for n, count in installed.stand_ins.gpu_nodes.items()
+        if wl.get("v1", "Node", n)["metadata"]["labels"].get("modelplane.ai/pool") in fixed
+    }
     probes = [
         p for p in wl.list("v1", "Pod", "modelplane-gpu-probe") if p["spec"].get("nodeName") in gpu
     ]
+    # Autoscaled pools are not probed (cluster-autoscaler counts admin-access claims as used).
     assert {p["spec"]["nodeName"] for p in probes} == set(gpu), installed.stand_ins.report()
+    assert len(wl.list("v1", "Pod", "modelplane-gpu-probe")) == len(probes)
     slices = {
         s["spec"]["nodeName"]: s
         for s in wl.list("resource.k8s.io/v1", "ResourceSlice")
@@ -419,6 +488,22 @@ def test_every_gpu_node_s_gpus_are_claimed_by_its_pool_probe(installed: Installe
     for pool, nodes_ in pools.items():
         gpus = sum(gpu[n] for n in nodes_)
         assert f"{pool}: {len(nodes_)} of {len(nodes_)} nodes, {gpus} GPUs" in published["message"]
+
+
+def test_a_cert_manager_another_release_installed_is_adopted_not_installed_beside(installs):
+    for name, (release, _) in ADOPTED.items():
+        state = installs[name]
+        if state.failure is not None:
+            raise state.failure
+        composed = by_key(state)
+        assert "release-cert-manager" not in composed
+        assert "detect-cert-manager" in composed
+        # Installed on the adopted cert-manager (this example has no InferenceGateway: the
+        # gateway waits for its clients, by design).
+        backend = condition(state.get(), "BackendReady")
+        assert backend.get("reason") in {"Available", "WaitingForClients"}, describe(state)
+        # Helm never touched it again: still its first revision.
+        assert helm_revisions(state) == [f"sh.helm.release.v1.{release}.v1"]
 
 
 def test_every_deployment_and_daemonset_is_up(installed: Installed):

@@ -32,6 +32,9 @@ class Observation:
     connection: dict[str, str] = field(default_factory=dict)
 
 
+ABSENT: dict = {}  # what an Observe-only Object finds when its object does not exist
+
+
 @dataclass
 class World:
     """Things that exist in the clouds before the function composes anything."""
@@ -45,6 +48,8 @@ class World:
     # The status of named workload objects where it differs from what their controller usually
     # writes (a GPU probe DaemonSet whose pods are not all ready), by metadata.name.
     remote_status: dict[str, dict] = field(default_factory=dict)
+    # CRDs already on an Existing cluster, installed by someone else (by name): none by default.
+    crds: dict[str, dict] = field(default_factory=dict)
 
 
 def conditions(ready: bool = True, reason: str = "Available", message: str = "") -> list[dict]:
@@ -296,6 +301,10 @@ def _object(body: dict, world: World) -> dict:
     spec = body.get("spec", {})
     observe_only = not {"*", "Create"} & set(spec.get("managementPolicies") or ["*"])
     manifest = spec.get("forProvider", {}).get("manifest", {})
+    if observe_only and manifest.get("kind") == "CustomResourceDefinition":
+        # A CRD the function only looks for (function/serving/adoption.py): the world's, if any.
+        found = world.crds.get(manifest.get("metadata", {}).get("name", ""))
+        return {"manifest": ABSENT if found is None else found}
     remote = workload.remote_object(manifest, observe_only, world.gateway_address)
     override = world.remote_status.get(manifest.get("metadata", {}).get("name", ""))
     if override is not None:
@@ -402,6 +411,19 @@ def observe(body: dict, world: World | None = None) -> Observation:
     )
     report = AT_PROVIDER.get((group, kind))
     at_provider = report(body, world) if report else {"id": external}
+    if at_provider is not None and at_provider.get("manifest") is ABSENT:
+        # crossplane-runtime v2.1's words for an Observe-only resource that does not exist.
+        return Observation(
+            status={
+                "conditions": conditions(
+                    ready=False,
+                    reason="ReconcileError",
+                    message="cannot observe external resource: external resource does not exist",
+                ),
+                "atProvider": {},
+            },
+            external_name=external,
+        )
     if at_provider is None:
         return Observation(
             status={

@@ -66,6 +66,7 @@ STATUS = {
         "desiredNumberScheduled": 2,
         "numberReady": 2,
         "numberAvailable": 2,
+        "updatedNumberScheduled": 2,
     },
     # The network operator's overall state once every component it deploys is ready.
     "NicClusterPolicy": lambda m, a: {"state": "ready"},

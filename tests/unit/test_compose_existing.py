@@ -146,6 +146,21 @@ def test_cert_manager_waits_for_observed_provider_configs_then_is_kept():
     assert "release-cert-manager" not in out.resources
     observed = {k: d.body for k, d in out.resources.items()}
     second = compose_cluster(xr, all_classes(classes), observe(observed))
+    # First it looks for a cert-manager already there (function/serving/adoption.py): none.
+    assert "release-cert-manager" not in second.resources
+    absent = {
+        "conditions": [
+            {
+                "type": "Synced",
+                "status": "False",
+                "reason": "ReconcileError",
+                "message": "cannot observe external resource: external resource does not exist",
+            }
+        ]
+    }
+    observed["detect-cert-manager"] = {**second.resources["detect-cert-manager"].body}
+    observed["detect-cert-manager"]["status"] = absent
+    second = compose_cluster(xr, all_classes(classes), observe(observed))
     release = second.resources["release-cert-manager"]
     assert not release.ready
     assert release.body["spec"]["providerConfigRef"] == {

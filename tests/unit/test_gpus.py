@@ -10,6 +10,7 @@ from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.serving import gpus
 from tests.builders import all_classes, example
+from tests.sim import workload
 from tests.sim.providers import World
 from tests.unit import sim
 
@@ -40,7 +41,11 @@ def test_each_gpu_pool_gets_a_probe_that_claims_its_class_gpus_with_admin_access
         "labels": {"resource.kubernetes.io/admin-access": "true"},
     }
     template = manifest(out, gpus.claim_key(POOL))
-    assert template["metadata"] == {"name": NAME, "namespace": "modelplane-gpu-probe"}
+    # Named by what it asks for: a claim template cannot be updated, a new class gets a new one.
+    assert template["metadata"]["name"].startswith(f"{NAME}-")
+    assert template["metadata"]["namespace"] == "modelplane-gpu-probe"
+    readiness = out.resources[gpus.claim_key(POOL)].body["spec"]["readiness"]
+    assert readiness["celQuery"] == gpus.ADMIN_ACCESS_KEPT
     # The class's NVIDIA device only (not its Synthetic NICs), with its DeviceClass and count.
     assert template["spec"]["spec"]["devices"]["requests"] == [
         {
@@ -57,10 +62,13 @@ def test_each_gpu_pool_gets_a_probe_that_claims_its_class_gpus_with_admin_access
     pod = ds["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"modelplane.ai/pool": POOL}
     assert pod["tolerations"] == [{"operator": "Exists"}]
-    assert pod["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": NAME}]
+    assert pod["resourceClaims"] == [
+        {"name": "gpus", "resourceClaimTemplateName": template["metadata"]["name"]}
+    ]
     (container,) = pod["containers"]
     assert container["resources"]["claims"] == [{"name": "gpus"}]
-    assert "nvidia-smi -L" in container["command"][-1]
+    assert "timeout 60 nvidia-smi -L" in container["command"][-1]
+    assert container["readinessProbe"]["exec"]["command"] == ["test", "-f", "/run/gpus-listed"]
     assert pod["automountServiceAccountToken"] is False
     readiness = out.resources[gpus.probe_key(POOL)].body["spec"]["readiness"]
     assert readiness == {"policy": "DeriveFromCelQuery", "celQuery": gpus.ALL_READY}
@@ -87,7 +95,22 @@ def test_the_probes_come_after_the_dra_driver_and_go_before_their_namespace():
     ("status", "message"),
     [
         (
-            {"observedGeneration": 1, "desiredNumberScheduled": 2, "numberReady": 1},
+            {
+                "observedGeneration": 1,
+                "desiredNumberScheduled": 2,
+                "numberReady": 1,
+                "updatedNumberScheduled": 2,
+            },
+            f"{POOL}: 1 of 2 nodes, 8 GPUs",
+        ),
+        # Both ready, one of an older spec: only the current spec's pods count.
+        (
+            {
+                "observedGeneration": 1,
+                "desiredNumberScheduled": 2,
+                "numberReady": 2,
+                "updatedNumberScheduled": 1,
+            },
             f"{POOL}: 1 of 2 nodes, 8 GPUs",
         ),
         # The DaemonSet controller has not seen this spec yet: its counts are an older spec's.
@@ -154,6 +177,9 @@ def test_a_pool_removed_from_the_spec_takes_its_probes_with_it():
     second["name"] = "gpu-more"
     xr["spec"]["nodePools"].append(second)
     grown = compose_cluster(xr, all_classes(classes), sim.reported(out))
+    assert gpus.claim_key("gpu-more") in grown.resources
+    assert gpus.probe_key("gpu-more") not in grown.resources  # after its template kept adminAccess
+    grown = compose_cluster(xr, all_classes(classes), sim.reported(grown))
     assert gpus.probe_key("gpu-more") in grown.resources
     xr["spec"]["nodePools"].pop()
     shrunk = compose_cluster(xr, all_classes(classes), sim.reported(grown))
@@ -172,6 +198,7 @@ def test_counts_read_as_protobuf_brings_them():
                         "observedGeneration": 3.0,
                         "desiredNumberScheduled": 4.0,
                         "numberReady": 3.0,
+                        "updatedNumberScheduled": 4.0,
                     },
                 }
             }
@@ -193,3 +220,42 @@ def test_a_label_value_pool_name_gets_dns_names_and_its_nodes_as_labelled():
         assert dns.match(manifest(out, key)["metadata"]["name"]), key
     pod = manifest(out, gpus.probe_key("H100_Pool"))["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"modelplane.ai/pool": "H100_Pool"}
+
+
+def test_an_autoscaled_pool_is_not_probed():
+    """cluster-autoscaler counts admin-access claims as used GPUs: a held probe claim would keep
+    the pool from scaling (function/serving/gpus.py, autoscaled)."""
+
+    def autoscale(xr, classes):
+        xr["spec"]["nodePools"][0].update({"minNodeCount": 1, "maxNodeCount": 4})
+
+    out = converged(edit=autoscale)
+    assert not {gpus.probe_key(POOL), gpus.claim_key(POOL)} & out.resources.keys()
+    published = condition(out, "GPUsPublished")
+    assert (published.status, published.reason) == (True, "Claimable")
+    assert published.message == f"GPUs can be claimed on {POOL}: autoscaled"
+
+
+def test_an_api_server_that_drops_admin_access_gets_no_probe():
+    """DRAAdminAccess off: the claim would be an ordinary one and take the GPUs from models."""
+    out = converged()
+    template = out.resources[gpus.claim_key(POOL)].body
+    dropped = copy.deepcopy(template["spec"]["forProvider"]["manifest"])
+    for r in dropped["spec"]["spec"]["devices"]["requests"]:
+        del r["exactly"]["adminAccess"]
+    xr, classes = example("existing")
+    reported = sim.reported(out)
+    body = copy.deepcopy(template)
+    body["status"] = {
+        "conditions": [{"type": "Ready", "status": "False", "reason": "Unavailable"}],
+        "atProvider": {"manifest": dropped},
+    }
+    reported.resources[gpus.claim_key(POOL)] = ObservedResource(body)
+    del reported.resources[gpus.probe_key(POOL)]
+    again = compose_cluster(xr, all_classes(classes), reported)
+    assert gpus.probe_key(POOL) not in again.resources
+    published = condition(again, "GPUsPublished")
+    assert (published.status, published.reason) == (False, "AdminAccessOff")
+    assert "DRAAdminAccess" in published.message
+    assert workload.object_ready(template, dropped) is False
+    assert workload.object_ready(template, template["spec"]["forProvider"]["manifest"]) is True

@@ -49,6 +49,7 @@ def state(name: str) -> Output:
             "observedGeneration": 1,
             "desiredNumberScheduled": 2,
             "numberReady": 1,
+            "updatedNumberScheduled": 2,
         }
     out = sim.converge(xr, req, world, SCHEMAS)
     if name == "provider-fails":

@@ -131,8 +131,12 @@ def test_a_fixed_pool_of_zero_is_one_node():
 
 
 def test_readiness_is_the_gpus_a_model_can_claim_not_the_gpu_operator():
-    """VKE's GPU Operator is not watched: GPUsPublished (function/serving/gpus.py) proves more."""
+    """VKE's GPU Operator is not watched: GPUsPublished (function/serving/gpus.py) proves more,
+    on a fixed pool (an autoscaled one is not probed)."""
     xr, classes = example("vultr")
+    pool = xr["spec"]["nodePools"][0]
+    for k in ("minNodeCount", "maxNodeCount"):
+        pool.pop(k)
     out = converge(xr, classes)
     assert not any("toolkit" in k for k in out.resources)
     assert "gpu-probe-gpu-l40s" in out.resources
