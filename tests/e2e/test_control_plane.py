@@ -50,7 +50,7 @@ from tests.test_api_validation import (
     Case,
     cluster,
 )
-from tests.test_clouds import CAPACITY_BLOCKS, POOL_RESOURCES
+from tests.test_clouds import CAPACITY_BLOCKS, POOL_RESOURCES, gpu_probe
 from tests.tools import image
 
 PAUSED = {"crossplane.io/paused": "true"}  # Crossplane leaves these XRs alone
@@ -355,7 +355,7 @@ E2E_EXAMPLES = [
     E2EExample(
         "gke",
         composes=("container.gcp.m.upbound.io/NodePool",),
-        drop=("gpu-h100", frozenset(POOL_RESOURCES["gke"][1])),
+        drop=("gpu-h100", frozenset(POOL_RESOURCES["gke"][1] | gpu_probe("gke", "gpu-h100"))),
     ),
     E2EExample("aks", composes=("containerservice.azure.m.upbound.io/KubernetesClusterNodePool",)),
     E2EExample("nebius", composes=("mk8s.nebius.m.upbound.io/NodeGroup",)),

@@ -48,8 +48,9 @@ class World:
     # The status of named workload objects where it differs from what their controller usually
     # writes (a GPU probe DaemonSet whose pods are not all ready), by metadata.name.
     remote_status: dict[str, dict] = field(default_factory=dict)
-    # CRDs already on an Existing cluster, installed by someone else (by name): none by default.
-    crds: dict[str, dict] = field(default_factory=dict)
+    # CRDs on an Existing cluster as a detector finds them, by name (None: absent); any other is
+    # the function's own, as its release installed it.
+    crds: dict[str, dict | None] = field(default_factory=dict)
 
 
 def conditions(ready: bool = True, reason: str = "Available", message: str = "") -> list[dict]:
@@ -296,15 +297,37 @@ def _vke_node_pool(body: dict, world: World) -> dict:
     }
 
 
+def own_crd(name: str) -> dict:
+    """A CRD the function's own release mp-<component> installed, Established."""
+    component = {"certificates.cert-manager.io": "cert-manager"}.get(name, name)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": name,
+            "uid": "00000000-0000-0000-0000-000000000002",
+            "annotations": {
+                "meta.helm.sh/release-name": f"mp-{component}",
+                "meta.helm.sh/release-namespace": component,
+            },
+        },
+        "status": {"conditions": [{"type": "Established", "status": "True"}]},
+    }
+
+
 def _object(body: dict, world: World) -> dict:
     """provider-kubernetes reports the remote object, status and all."""
     spec = body.get("spec", {})
     observe_only = not {"*", "Create"} & set(spec.get("managementPolicies") or ["*"])
     manifest = spec.get("forProvider", {}).get("manifest", {})
     if observe_only and manifest.get("kind") == "CustomResourceDefinition":
-        # A CRD the function only looks for (function/serving/adoption.py): the world's, if any.
-        found = world.crds.get(manifest.get("metadata", {}).get("name", ""))
-        return {"manifest": ABSENT if found is None else found}
+        # A CRD the function only looks for (function/serving/adoption.py): the world's (None:
+        # absent), else the function's own, as its release installs it.
+        name = manifest.get("metadata", {}).get("name", "")
+        if name in world.crds:
+            found = world.crds[name]
+            return {"manifest": ABSENT if found is None else found}
+        return {"manifest": own_crd(name)}
     remote = workload.remote_object(manifest, observe_only, world.gateway_address)
     override = world.remote_status.get(manifest.get("metadata", {}).get("name", ""))
     if override is not None:
