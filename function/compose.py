@@ -51,7 +51,7 @@ def compose_cluster(
     """
     xr = parse_cluster(body)
     schemas = schemas or {}
-    wanted, wanted_schemas = requirements(xr, required, schemas)
+    wanted, wanted_schemas = requirements(xr, required, schemas, observed)
     if ask_first and (wanted.keys() - required.keys() or wanted_schemas.keys() - schemas.keys()):
         return Output(requirements=wanted, schemas=wanted_schemas, deferred=True)
     inputs = Inputs(
@@ -102,13 +102,17 @@ def compose_cluster(
 
 
 def requirements(
-    xr: InferenceCluster, required: dict[str, list[dict]], schemas: dict[str, bool]
+    xr: InferenceCluster,
+    required: dict[str, list[dict]],
+    schemas: dict[str, bool],
+    observed: Observed,
 ) -> tuple[dict[str, Requirement], dict[str, Requirement]]:
     """Everything a reconcile of xr asks Crossplane for: (resources, schemas)."""
     wanted = {
         **class_requirements(xr, required),
         **clusters.requirements(xr),
         **serving.requirements(schemas),
+        **serving.adoption_requirements(xr, observed.resources),
         **usages.requirements(xr.name, schemas),
     }
     return wanted, {serving.GATEWAY_SCHEMA: serving.GATEWAY_KIND, **usages.consumer_schemas()}

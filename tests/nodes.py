@@ -141,6 +141,31 @@ def nfd_labels(config: dict, devices: list[dict]) -> dict[str, str]:
     return labels
 
 
+def rule_labels(rules: list[dict], devices: list[dict]) -> dict[str, str]:
+    """The labels NFD's master gives a node with these PCI devices for its NodeFeatureRules: the
+    rules whose every matchFeatures term is pci.device with `In` expressions some one device
+    meets (the only shape the function composes; anything else matches nothing here). An
+    unprefixed label gets feature.node.kubernetes.io/ (NFD docs, "Custom resources")."""
+    labels = {}
+    for rule in (r for nfr in rules for r in (nfr.get("spec") or {}).get("rules") or []):
+        terms = rule.get("matchFeatures") or []
+        if terms and all(_device_term(t, devices) for t in terms):
+            for key, value in (rule.get("labels") or {}).items():
+                labels[key if "/" in key else NFD_LABEL_PREFIX + key] = value
+    return labels
+
+
+def _device_term(term: dict, devices: list[dict]) -> bool:
+    expressions = term.get("matchExpressions") or {}
+    return term.get("feature") == "pci.device" and any(
+        all(
+            e.get("op") == "In" and device.get(attr) in e.get("value", [])
+            for attr, e in expressions.items()
+        )
+        for device in devices
+    )
+
+
 def _matches(expression: dict, labels: dict[str, str]) -> bool:
     key, op, values = expression["key"], expression["operator"], expression.get("values", [])
     if op == "In":

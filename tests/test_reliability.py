@@ -24,6 +24,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from hypothesis import HealthCheck, given, settings
 
 from function.fn import FunctionRunner
+from function.serving import adoption
 from tests.builders import provider_config, world_for
 from tests.charts import converged, converged_examples
 from tests.conftest import ROOT
@@ -72,13 +73,17 @@ def request(
     req.required_resources["inference-gateways"].items.add().resource.update(
         inference_gateway("fleet")
     )
-    for key in ("model-replicas", "model-routes", "model-caches"):
+    # Answered, empty: no consumer yet, and no node-feature-discovery on an Existing cluster.
+    for key in ("model-replicas", "model-routes", "model-caches", NFD_FOUND):
         req.required_resources[key].SetInParent()
     for name in SCHEMAS:
         req.required_schemas[name].openapi_v3.update({"type": "object"})
     for key, seen in observed.items():
         req.observed.resources[key].resource.update(seen)
     return req
+
+
+NFD_FOUND = adoption.members_key("node-feature-discovery")
 
 
 def serialized(rsp: fnv1.RunFunctionResponse) -> bytes:

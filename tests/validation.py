@@ -142,10 +142,16 @@ def _plurals() -> dict[tuple[str, str], str]:
 
 
 def managed_resource_definitions(docs) -> set[str]:
-    """The ManagedResourceDefinition names (<plural>.<group>) of the managed resources in docs."""
+    """The ManagedResourceDefinition names (<plural>.<group>) of the managed resources in docs:
+    those with forProvider, and provider-kubernetes' ObservedObjectCollection, which Crossplane
+    converts to an MRD too (v2.2.1 internal/converter/custom_to_managed.go: every provider CRD but
+    the ProviderConfig kinds)."""
     names = set()
     for doc in docs:
-        if "forProvider" in (doc.get("spec") or {}):
+        if (
+            "forProvider" in (doc.get("spec") or {})
+            or doc.get("kind") == "ObservedObjectCollection"
+        ):
             group = group_of(doc)
             names.add(f"{_plurals()[(group, doc['kind'])]}.{group}")
     return names

@@ -24,7 +24,8 @@ from function.clusters.base import (
     unready_reasons,
 )
 from function.clusters.facts import ClusterFacts
-from function.inputs import Inputs
+from function.inputs import Inputs, ObservedResource
+from function.models import InferenceCluster
 from function.output import Condition, Desired, Requirement, Result
 from function.serving import adoption, gateway, gpus
 from function.serving.components import (
@@ -282,16 +283,50 @@ def _adoption(
         return None
     observed = inputs.observed.resources
     key = adoption.detector_key(component.key)
-    if component.resource_key in observed:  # installed by the function: its own for good
-        if key in observed:
-            facts.resources[key] = Desired(as_desired(observed[key].body), ready=True)
+    beside = adoption.beside(inputs.xr.name, component.key, provider_config)
+    if component.resource_key in observed:
+        # Installed by the function: its own for good. The detector, read-only, goes (its
+        # collection would list the cluster's DaemonSets and copy them here for nothing).
+        for kept in (k for k in beside if k in observed):
+            facts.resources[kept] = Desired(as_desired(observed[kept].body), ready=True)
         return None
     if not reachable:
         return None
-    facts.resources[key] = adoption.detector(inputs.xr.name, component.key, provider_config)
-    decision = adoption.decide(component.key, observed.get(key))
+    members = inputs.required.get(adoption.members_key(component.key))
+    decision = adoption.decide(component.key, observed.get(key), members)
+    sticky = beside and beside.keys() <= observed.keys()
+    if decision.verdict == "waiting" and not decision.owner and sticky:
+        # Adopted before (what is composed beside it is there): a listing not read yet or a
+        # passing error does not make the stack wait again.
+        decision = adoption.Decision("adopted", ready=True, none_found=decision.none_found)
+    facts.resources[key] = adoption.detector(
+        inputs.xr.name, component.key, provider_config, decision
+    )
     facts.results += adoption.results(component.key, decision)
+    for wired, body in beside.items():
+        seen = observed.get(wired)
+        if decision.verdict == "adopted":
+            facts.resources[wired] = Desired(body, ready=seen is not None and seen.ready)
+        elif seen is not None:  # composed while it was adopted: kept (only the spec removes)
+            facts.resources[wired] = Desired(as_desired(seen.body), ready=seen.ready)
     return decision
+
+
+def adoption_requirements(
+    xr: InferenceCluster, observed: Mapping[str, ObservedResource]
+) -> dict[str, Requirement]:
+    """The objects each collection detector found, while its answer still decides something:
+    observed, and the component not installed by the function yet."""
+    if xr.spec.cluster.source != EXISTING:
+        return {}
+    return {
+        adoption.members_key(c.key): adoption.requirement(xr.name, c.key)
+        for c in components(xr.spec.stack, EXISTING)
+        if c.key in adoption.DETECTORS
+        and adoption.DETECTORS[c.key].labels
+        and adoption.detector_key(c.key) in observed
+        and c.resource_key not in observed
+    }
 
 
 def _blocked(

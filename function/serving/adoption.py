@@ -1,14 +1,20 @@
 """On an Existing cluster, a component someone else already runs is adopted, never installed
 beside it.
 
-Before a component the table marks adoptable is first installed there, an Observe-only Object
-reads the object that says it is present (cert-manager: its Certificate CRD). Present and not ours
-(the CRD's Helm release is not mp-<key>, or it came from no release at all): the function composes
-nothing that touches it, and what comes after it waits for that object instead of the release,
-so Helm never meets "invalid ownership metadata" and no second controller fights the first.
-Absent: the release is installed. What the function installed stays its own: once its release is
-observed, the detector's answer no longer matters, and nothing installed by someone else is ever
-removed, since the function never composed it.
+Before a component the table marks adoptable is first installed there, a read-only detector looks
+for what says it is present:
+- cert-manager: its Certificate CRD, by name, through an Observe-only Object;
+- node-feature-discovery: every DaemonSet labelled as its worker, in any namespace and under any
+  release name, through an ObservedObjectCollection; provider-kubernetes makes one Observe-only
+  Object per match, labelled with the collection's name (v1.3.1 internal/controller/namespaced/
+  observedobjectcollection), and Crossplane hands those over as a required resource. Its CRDs
+  cannot say it runs: Helm installs them from crds/, unlabelled, and never removes them.
+Present and not ours (its Helm release is not mp-<key>, or it came from no release at all): the
+function composes nothing that touches it, and what comes after it waits for that object instead
+of the release, so Helm never meets "invalid ownership metadata" and no second controller fights
+the first. Absent: the release is installed. What the function installed stays its own: once its
+release is observed, the detector's answer no longer matters, and nothing installed by someone
+else is ever removed, since the function never composed it.
 
 provider-kubernetes reports an Observe-only Object whose object does not exist as Synced=False,
 "cannot observe external resource: external resource does not exist" (crossplane-runtime v2.1
@@ -17,9 +23,10 @@ managed reconciler, ShouldOnlyObserve): for a detector that is the answer "absen
 
 from dataclasses import dataclass
 
-from function import failures, kube
+from function import failures, kube, names
 from function.inputs import ObservedResource
-from function.output import Desired, Result
+from function.output import Desired, Requirement, Result
+from function.serving.components import GPU_NODE_LABEL
 from function.versions import CHARTS
 
 DOES_NOT_EXIST = "external resource does not exist"
@@ -27,17 +34,28 @@ HELM_RELEASE = "meta.helm.sh/release-name"
 HELM_NAMESPACE = "meta.helm.sh/release-namespace"
 VERSION_LABEL = "app.kubernetes.io/version"
 CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+COLLECTION_KIND = "ObservedObjectCollection"
+# Crossplane hands over required resources from its informer cache (v2.2 core.go,
+# NewExistingRequiredResourcesFetcher), and the collection turns Ready just after making its
+# members: a reconcile woken by that may not see them yet. So "none" counts only when a second
+# reconcile, after the detector was marked with the first answer, finds none again.
+LOOKED = "modelplane.ai/looked"
+NONE_FOUND = "none-found"
+# The label provider-kubernetes v1.3.1 puts on each Object of a collection, valued its name.
+MEMBER_LABEL = "kubernetes.crossplane.io/owned-by-collection"
 
 
 @dataclass(frozen=True)
 class Detector:
-    """The object whose presence says the component runs, and what the stack needs of it: paths
-    into the served version's schema that must exist (the fields the stack's objects set)."""
+    """What says the component runs: one object by name, or (labels) every object of the kind
+    carrying them; and what the stack needs of it: paths into the served version's schema that
+    must exist (the fields the stack's objects set)."""
 
     api_version: str
     kind: str
-    name: str
+    name: str = ""
     needs: tuple[tuple[str, ...], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 # cert-manager: the stack's Certificates and trust-manager's set privateKey.rotationPolicy and
@@ -52,6 +70,14 @@ DETECTORS: dict[str, Detector] = {
             ("spec", "privateKey", "rotationPolicy"),
             ("spec", "revisionHistoryLimit"),
         ),
+    ),
+    # node-feature-discovery 0.18.3 templates/worker.yaml: the worker DaemonSet carries
+    # app.kubernetes.io/name (the chart's name, also as the GPU and network operators' subchart)
+    # and role=worker, whatever the release is called.
+    "node-feature-discovery": Detector(
+        "apps/v1",
+        "DaemonSet",
+        labels=(("app.kubernetes.io/name", "node-feature-discovery"), ("role", "worker")),
     ),
 }
 
@@ -73,29 +99,119 @@ class Decision:
     why: str = ""
     ready: bool = False
     owner: str = ""
+    # A collection found none this time: its detector is marked so (LOOKED).
+    none_found: bool = False
 
 
-def detector(xr: str, component: str, provider_config: str) -> Desired:
+def detector(xr: str, component: str, provider_config: str, decision: Decision) -> Desired:
     """Ready whatever it finds: it is asked, not waited for."""
     d = DETECTORS[component]
+    key = detector_key(component)
+    if d.labels:
+        body = collection(xr, key, d, provider_config)
+        if decision.none_found:
+            body["metadata"]["annotations"] = {LOOKED: NONE_FOUND}
+        return Desired(body, ready=True)
     manifest = {"apiVersion": d.api_version, "kind": d.kind, "metadata": {"name": d.name}}
-    body = kube.manifest_object(
-        xr, detector_key(component), manifest, provider_config, policies=["Observe"]
-    )
+    body = kube.manifest_object(xr, key, manifest, provider_config, policies=["Observe"])
     return Desired(body, ready=True)
 
 
-def decide(component: str, seen: ObservedResource | None) -> Decision:
+def collection(xr: str, key: str, d: Detector, provider_config: str) -> dict:
+    """An ObservedObjectCollection of every object of d's kind carrying d's labels, cluster-wide."""
+    return {
+        "apiVersion": names.OBJECT_API,
+        "kind": COLLECTION_KIND,
+        "metadata": {"name": names.child_name(xr, key), "namespace": names.SYSTEM_NAMESPACE},
+        "spec": {
+            "providerConfigRef": {"kind": names.CLUSTER_PROVIDER_CONFIG, "name": provider_config},
+            "observeObjects": {
+                "apiVersion": d.api_version,
+                "kind": d.kind,
+                "selector": {"matchLabels": dict(d.labels)},
+            },
+        },
+    }
+
+
+# Beside an adopted node-feature-discovery, the function's own NodeFeatureRule gives NVIDIA GPU
+# nodes the label the NVIDIA DRA driver places its kubelet plugin by (nvidia-dra-driver-gpu 25.12.0
+# values.yaml: feature.node.kubernetes.io/pci-10de.present). NFD names PCI labels after the
+# worker's deviceLabelFields, by default class and vendor (pci-0302_10de.present), so an NFD
+# configured otherwise than the function's never sets it. A rule matches the raw pci.device
+# features, which list every device whatever the labelling whitelist (network-operator 26.4.0
+# templates/nodefeaturerules.yaml labels NICs the same way). The label is written whole: NFD
+# deprecated prefixing unprefixed names in v0.15. PCI classes 0300 and 0302: VGA and 3D
+# controllers. NodeFeatureRule came with NFD v0.10.
+GPU_RULE_KEY = "gpu-node-feature-rule"
+GPU_RULE = {
+    "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+    "kind": "NodeFeatureRule",
+    "metadata": {"name": "modelplane-nvidia-gpus"},
+    "spec": {
+        "rules": [
+            {
+                "name": "NVIDIA GPUs",
+                "labels": {GPU_NODE_LABEL: "true"},
+                "matchFeatures": [
+                    {
+                        "feature": "pci.device",
+                        "matchExpressions": {
+                            "vendor": {"op": "In", "value": ["10de"]},
+                            "class": {"op": "In", "value": ["0300", "0302"]},
+                        },
+                    }
+                ],
+            }
+        ]
+    },
+}
+# What the stack adds beside an adopted component, so the rest works with it as it is configured.
+BESIDE = {"node-feature-discovery": (GPU_RULE_KEY, GPU_RULE)}
+
+
+def beside(xr: str, component: str, provider_config: str) -> dict[str, dict]:
+    """The Objects the function composes beside an adopted component, by resource key."""
+    if component not in BESIDE:
+        return {}
+    key, manifest = BESIDE[component]
+    return {key: kube.manifest_object(xr, key, manifest, provider_config)}
+
+
+def members_key(component: str) -> str:
+    return f"{detector_key(component)}-found"
+
+
+def requirement(xr: str, component: str) -> Requirement:
+    """The Objects the component's collection made, one per object found."""
+    name = names.child_name(xr, detector_key(component))
+    return Requirement(
+        names.OBJECT_API,
+        "Object",
+        namespace=names.SYSTEM_NAMESPACE,
+        labels={MEMBER_LABEL: name},
+    )
+
+
+def decide(
+    component: str, seen: ObservedResource | None, members: list[dict] | None = None
+) -> Decision:
     """What the detector's observation says about installing the component's release mp-<key>."""
-    found, why = _found(seen)
+    labelled = bool(DETECTORS[component].labels)
+    if labelled:
+        found, why = _found_among(component, seen, members)
+    else:
+        found, why = _found(seen)
     if found is None:
-        return Decision("install") if why is None else Decision("waiting", why)
+        return _absent(labelled, seen) if why is None else Decision("waiting", why)
     meta = found["metadata"]
     annotations = meta.get("annotations") or {}
     release = annotations.get(HELM_RELEASE)
-    if release == f"mp-{component}":
+    if _ours(component, annotations):
         return Decision("install")  # ours, from an earlier install: Helm takes it up again
     owner = _owner(release, annotations.get(HELM_NAMESPACE), (meta.get("labels") or {}))
+    if DETECTORS[component].labels:
+        return Decision("adopted", ready=True, owner=owner)
     missing = _missing(found, DETECTORS[component].needs)
     if missing:
         return Decision(
@@ -106,6 +222,15 @@ def decide(component: str, seen: ObservedResource | None) -> Decision:
             owner=owner,
         )
     return Decision("adopted", ready=_established(found), owner=owner)
+
+
+def _absent(labelled: bool, seen: ObservedResource | None) -> Decision:
+    """None found: installed, once a collection found none twice running (LOOKED)."""
+    if not labelled:
+        return Decision("install")
+    if (seen.get("metadata", "annotations", LOOKED) if seen else None) != NONE_FOUND:
+        return Decision("waiting", "looking again for one already installed", none_found=True)
+    return Decision("install", none_found=True)
 
 
 def _found(seen: ObservedResource | None) -> tuple[dict | None, str | None]:
@@ -125,8 +250,48 @@ def _found(seen: ObservedResource | None) -> tuple[dict | None, str | None]:
     return found, None
 
 
+def _found_among(
+    component: str, seen: ObservedResource | None, members: list[dict] | None
+) -> tuple[dict | None, str | None]:
+    """As _found, for a collection: the first object found that is not the function's own
+    (by namespace and name), once the collection has listed and each member been read."""
+    looking = "looking for one already installed"
+    if seen is None or members is None:
+        return None, looking
+    synced = seen.condition("Synced") or {}
+    if synced.get("status") == "False":
+        return None, f"{looking}: {failures.words(synced.get('message'))}"
+    if not seen.ready:  # not listed yet
+        return None, looking
+    found = []
+    for member in members:
+        observed = ObservedResource(member)
+        manifest = observed.at_provider("manifest")
+        if isinstance(manifest, dict) and isinstance(manifest.get("metadata"), dict):
+            found.append(manifest)
+            continue
+        member_synced = observed.condition("Synced") or {}
+        if DOES_NOT_EXIST not in str(member_synced.get("message", "")):
+            return None, looking  # not read yet (one gone is dropped at the next listing)
+    theirs = [m for m in found if not _ours(component, m["metadata"].get("annotations") or {})]
+    if not theirs:
+        return None, None
+    return min(
+        theirs, key=lambda m: (m["metadata"].get("namespace", ""), m["metadata"]["name"])
+    ), None
+
+
+def _ours(component: str, annotations: dict) -> bool:
+    """Whether Helm annotated it as the function's release mp-<key>, in that release's namespace
+    (one of that name elsewhere, from another control plane, is not ours to take up)."""
+    return (
+        annotations.get(HELM_RELEASE) == f"mp-{component}"
+        and annotations.get(HELM_NAMESPACE) == CHARTS[component].namespace
+    )
+
+
 def results(component: str, decision: Decision) -> list[Result]:
-    if decision.verdict == "adopted":
+    if decision.verdict == "adopted" and decision.owner:
         return [
             Result(
                 "Normal",

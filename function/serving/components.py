@@ -153,11 +153,16 @@ ENVOY_GATEWAY_VALUES = {
 # DRA driver's kubelet plugin affinity never matches (nvidia-dra-driver-gpu 25.12.0 values.yaml
 # wants feature.node.kubernetes.io/pci-10de.present). By vendor alone every NVIDIA GPU node gets
 # pci-10de.present=true, as the GPU operator configures NFD too.
+#
+# No post-delete prune: NFD 0.18.3's post-delete Job runs `nfd-master -prune`, which strips every
+# label the node's nfd.node.kubernetes.io annotation lists, another NFD's included (where one runs
+# beside it, the GPU Operator then reads its GPUs as gone and removes its operands).
 NFD_VALUES = {
+    "postDeleteCleanup": False,
     "worker": {
         "tolerations": [GPU_TOLERATION],
         "config": {"sources": {"pci": {"deviceLabelFields": ["vendor"]}}},
-    }
+    },
 }
 GPU_NODE_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 # The DRA driver's kubelet plugin DaemonSet, as its chart names it (templates/kubeletplugin.yaml).

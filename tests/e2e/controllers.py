@@ -8,8 +8,9 @@ DaemonSet's pod Ready on the node), so an install that fails shows:
 - the cloud's node pools: a kwok node per GPU pool node the function composed (from the composed
   pools' own fields, tests/nodes.py), once the pool is Ready; for Existing, the GPU nodes docs/clouds/existing.md
   asks the operator to prepare; each with the class's GPUs, once the XR reports them;
-- NFD's worker: the node labels tests/nodes.py derives from the nfd-worker.conf the release
-  installed, on a GPU node whose worker pod is Ready;
+- NFD's worker and master: the node labels tests/nodes.py derives from the nfd-worker.conf the
+  release installed and from the NodeFeatureRules (pci.device `In` terms only), on a GPU node
+  whose worker pod is Ready;
 - the NVIDIA DRA kubelet plugin: a ResourceSlice of the node's GPUs (driver gpu.nvidia.com, the
   class's count, named as the plugin names it), on a GPU node whose plugin pod is Ready; the real
   kube-scheduler allocates the GPU probes' admin-access claims from it (kwok then runs the pods,
@@ -240,6 +241,8 @@ class StandIns:
         if not configs:
             return
         labels = nodes.nfd_labels(nodes.nfd_worker_config(configs), [nodes.NVIDIA_GPU])
+        rules = self.list_or_empty("nfd.k8s-sigs.io/v1alpha1", "NodeFeatureRule")
+        labels |= nodes.rule_labels(rules, [nodes.NVIDIA_GPU])
         for name in self.pods_ready_on(NFD_WORKER) & set(self.gpu_nodes):
             node = self.kube.get("v1", "Node", name)
             if labels.items() <= (node["metadata"].get("labels") or {}).items():

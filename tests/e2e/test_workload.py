@@ -77,54 +77,89 @@ WORKLOAD_EXAMPLES = [
 ]
 
 
-# A cert-manager another Helm release installed before the XR (the Existing example): adopted,
-# never installed beside, left installed when the XR goes (function/serving/adoption.py).
-ADOPTED = {"existing-dynamo": ("platform-cert-manager", "platform")}  # release, its namespace
+@dataclass(frozen=True)
+class Preinstalled:
+    """A chart the function pins, installed with the real Helm as a platform team would have
+    before the XR: adopted, never installed beside, left installed when the XR goes
+    (function/serving/adoption.py)."""
+
+    release: str
+    namespace: str
+    chart: str  # its key in function/versions.py CHARTS
+    values: tuple[str, ...]
+    crd: str  # one of its CRDs, which must outlive the XR
+
+
+# On the Existing example, cert-manager and node-feature-discovery another release installed (NFD
+# tolerating the GPU taint, as the GPU Operator installs it, with its default worker config:
+# labels by PCI class and vendor, which the DRA driver does not place its plugin by).
+PREINSTALLED = {
+    "existing-dynamo": (
+        Preinstalled(
+            "platform-cert-manager",
+            "platform",
+            "cert-manager",
+            ("crds.enabled=true",),
+            "certificates.cert-manager.io",
+        ),
+        Preinstalled(
+            "platform-nfd",
+            "platform",
+            "node-feature-discovery",
+            (
+                "worker.tolerations[0].key=nvidia.com/gpu",
+                "worker.tolerations[0].operator=Exists",
+                "worker.tolerations[0].effect=NoSchedule",
+            ),
+            "nodefeaturerules.nfd.k8s-sigs.io",
+        ),
+    )
+}
 
 
 def preinstall(state: Installed) -> None:
-    """helm install, as a platform team would have, of the cert-manager chart the function pins."""
-    release, namespace = ADOPTED[state.example.name]
-    chart = charts_dir() / f"cert-manager-{CHARTS['cert-manager'].version}"
-    subprocess.run(
-        [
-            helm_bin(),
-            "install",
-            release,
-            str(chart),
-            "--namespace",
-            namespace,
-            "--create-namespace",
-            "--set",
-            "crds.enabled=true",
-            "--no-hooks",  # its startupapicheck Job would never run on kwok
-            "--kubeconfig",
-            str(state.cluster.kubeconfig),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    """helm install of each chart PREINSTALLED names for the example."""
+    for pre in PREINSTALLED[state.example.name]:
+        chart = charts_dir() / f"{CHARTS[pre.chart].name}-{CHARTS[pre.chart].version}"
+        sets = [arg for value in pre.values for arg in ("--set", value)]
+        subprocess.run(
+            [
+                helm_bin(),
+                "install",
+                pre.release,
+                str(chart),
+                "--namespace",
+                pre.namespace,
+                "--create-namespace",
+                *sets,
+                "--no-hooks",  # cert-manager's startupapicheck Job would never run on kwok
+                "--kubeconfig",
+                str(state.cluster.kubeconfig),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
 
 
-def helm_revisions(state: Installed) -> list[str]:
-    """The adopted release's revisions, as Helm records them (one Secret each)."""
-    release, namespace = ADOPTED[state.example.name]
+def helm_revisions(state: Installed, pre: Preinstalled) -> list[str]:
+    """A preinstalled release's revisions, as Helm records them (one Secret each)."""
     return sorted(
         s["metadata"]["name"]
-        for s in state.cluster.kube.list("v1", "Secret", namespace)
-        if s["metadata"]["name"].startswith(f"sh.helm.release.v1.{release}.v")
+        for s in state.cluster.kube.list("v1", "Secret", pre.namespace)
+        if s["metadata"]["name"].startswith(f"sh.helm.release.v1.{pre.release}.v")
     )
 
 
 def still_adopted(state: Installed) -> None:
-    """After the XR is gone: the adopted release and its CRD are as they were."""
-    release, _ = ADOPTED[state.example.name]
-    assert helm_revisions(state) == [f"sh.helm.release.v1.{release}.v1"], helm_revisions(state)
-    crd = state.cluster.kube.get_or_none(
-        "apiextensions.k8s.io/v1", "CustomResourceDefinition", "certificates.cert-manager.io"
-    )
-    assert crd is not None, "deleting the XR took the adopted cert-manager's CRD"
+    """After the XR is gone: each adopted release and its CRD are as they were."""
+    for pre in PREINSTALLED[state.example.name]:
+        revisions = helm_revisions(state, pre)
+        assert revisions == [f"sh.helm.release.v1.{pre.release}.v1"], revisions
+        crd = state.cluster.kube.get_or_none(
+            "apiextensions.k8s.io/v1", "CustomResourceDefinition", pre.crd
+        )
+        assert crd is not None, f"deleting the XR took the adopted {pre.chart}'s CRD {pre.crd}"
 
 
 def real_kinds(kube: Kube) -> list:
@@ -259,7 +294,7 @@ def installs(
         try:
             for name, state in states.items():
                 apply_setup(kube, (*setups[name], *state.classes))
-                if name in ADOPTED:
+                if name in PREINSTALLED:
                     preinstall(state)
             began = time.monotonic()
             for state in states.values():
@@ -294,7 +329,7 @@ def installs(
             for name, state in states.items():
                 delete_all(kube, (*state.classes, *setups[name]))
             # Deleting an XR leaves what it adopted: checked here, once every XR is gone.
-            for name in ADOPTED:
+            for name in PREINSTALLED:
                 if states[name].failure is None:
                     still_adopted(states[name])
 
@@ -490,20 +525,34 @@ def test_every_gpu_node_s_gpus_are_claimed_by_its_pool_probe(installed: Installe
         assert f"{pool}: {len(nodes_)} of {len(nodes_)} nodes, {gpus} GPUs" in published["message"]
 
 
-def test_a_cert_manager_another_release_installed_is_adopted_not_installed_beside(installs):
-    for name, (release, _) in ADOPTED.items():
+def test_what_another_release_installed_is_adopted_not_installed_beside(installs):
+    """cert-manager (found by its CRD) and node-feature-discovery (by its worker DaemonSet,
+    through the real provider-kubernetes' ObservedObjectCollection) are adopted: the function
+    installs neither, Helm never touches them again, and the stack is installed on them; the
+    DRA driver's kubelet plugin runs on every GPU node by the function's NodeFeatureRule, which
+    the adopted NFD's default config alone would not give (test_every_gpu_node_runs_nfd_and_the_dra_plugin)."""
+    for name, preinstalled in PREINSTALLED.items():
         state = installs[name]
         if state.failure is not None:
             raise state.failure
         composed = by_key(state)
-        assert "release-cert-manager" not in composed
-        assert "detect-cert-manager" in composed
-        # Installed on the adopted cert-manager (this example has no InferenceGateway: the
-        # gateway waits for its clients, by design).
+        for pre in preinstalled:
+            assert f"release-{pre.chart}" not in composed, pre
+            assert f"detect-{pre.chart}" in composed, pre
+            assert helm_revisions(state, pre) == [f"sh.helm.release.v1.{pre.release}.v1"]
+        assert "gpu-node-feature-rule" in composed
+        # Installed on what it adopted (this example has no InferenceGateway: the gateway waits
+        # for its clients, by design).
         backend = condition(state.get(), "BackendReady")
         assert backend.get("reason") in {"Available", "WaitingForClients"}, describe(state)
-        # Helm never touched it again: still its first revision.
-        assert helm_revisions(state) == [f"sh.helm.release.v1.{release}.v1"]
+        adopted = [
+            e.get("message", "")
+            for e in state.kube.list("v1", "Event", "default")
+            if e.get("involvedObject", {}).get("name") == state.name
+            and e.get("reason") == "ComponentAdopted"
+        ]
+        for pre in preinstalled:
+            assert any(f"{pre.namespace}/{pre.release}" in m for m in adopted), adopted
 
 
 def test_every_deployment_and_daemonset_is_up(installed: Installed):

@@ -51,6 +51,9 @@ class World:
     # CRDs on an Existing cluster as a detector finds them, by name (None: absent); any other is
     # the function's own, as its release installed it.
     crds: dict[str, dict | None] = field(default_factory=dict)
+    # Objects another team runs on an Existing cluster (manifests with status), as an
+    # ObservedObjectCollection finds them by kind and labels.
+    running: list[dict] = field(default_factory=list)
 
 
 def conditions(ready: bool = True, reason: str = "Available", message: str = "") -> list[dict]:
@@ -335,6 +338,76 @@ def _object(body: dict, world: World) -> dict:
     return {"manifest": remote}
 
 
+COLLECTION = ("kubernetes.m.crossplane.io", "ObservedObjectCollection")
+MEMBER_LABEL = "kubernetes.crossplane.io/owned-by-collection"
+
+
+def members(body: dict, world: World) -> list[dict]:
+    """The Observe-only Objects provider-kubernetes v1.3.1 makes for an ObservedObjectCollection
+    (internal/controller/namespaced/observedobjectcollection): one per object of the kind with the
+    selector's labels, named <collection>-<7 hex of its GVK, namespace and name>, labelled with
+    the collection's name, reporting the object as observed."""
+    spec = body.get("spec", {})
+    wanted = spec.get("observeObjects", {})
+    labels = wanted.get("selector", {}).get("matchLabels", {})
+    collection = body["metadata"]["name"]
+    out = []
+    for found in world.running:
+        meta = found.get("metadata", {})
+        if (found.get("apiVersion"), found.get("kind")) != (
+            wanted.get("apiVersion"),
+            wanted.get("kind"),
+        ):
+            continue
+        if any((meta.get("labels") or {}).get(k) != v for k, v in labels.items()):
+            continue
+        group, _, version = found["apiVersion"].rpartition("/")
+        gvk = f"{group}/{version}, Kind={found['kind']}"
+        name = f"{collection}-{digest(gvk, meta.get('namespace', ''), meta['name'], length=7)}"
+        out.append(
+            {
+                "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+                "kind": "Object",
+                "metadata": {
+                    "name": name,
+                    "namespace": body["metadata"].get("namespace"),
+                    "labels": {MEMBER_LABEL: collection},
+                },
+                "spec": {
+                    "managementPolicies": ["Observe"],
+                    "providerConfigRef": spec.get("providerConfigRef"),
+                    "forProvider": {"manifest": {k: found[k] for k in ("apiVersion", "kind")}},
+                },
+                "status": {"conditions": conditions(), "atProvider": {"manifest": found}},
+            }
+        )
+    return out
+
+
+def answer(requirements: dict, composed: list[dict], world: World) -> dict[str, list[dict]]:
+    """What Crossplane hands over for each requirement of Objects by label: the members of the
+    composed collections that carry the labels (every other requirement the test gives)."""
+    pool = [m for body in composed if _kind(body) == COLLECTION for m in members(body, world)]
+    out = {}
+    for key, want in requirements.items():
+        if want.labels is None or (want.api_version, want.kind) != (
+            "kubernetes.m.crossplane.io/v1alpha1",
+            "Object",
+        ):
+            continue
+        out[key] = [
+            m
+            for m in pool
+            if all(m["metadata"]["labels"].get(k) == v for k, v in want.labels.items())
+            and (want.namespace is None or m["metadata"]["namespace"] == want.namespace)
+        ]
+    return out
+
+
+def _kind(body: dict) -> tuple[str, str]:
+    return body.get("apiVersion", "").split("/")[0], body.get("kind", "")
+
+
 def _release(body: dict, world: World) -> dict:
     del world
     chart = body.get("spec", {}).get("forProvider", {}).get("chart", {})
@@ -432,6 +505,11 @@ def observe(body: dict, world: World | None = None) -> Observation:
     external = (
         body.get("metadata", {}).get("annotations", {}).get("crossplane.io/external-name", name)
     )
+    if (group, kind) == COLLECTION:
+        # Not a managed reconciler: no external name, no atProvider; its members are Objects of
+        # their own (members), labelled as its status says (v1.3.1 sets Ready once listed).
+        status = {"conditions": conditions(), "membershipLabel": {MEMBER_LABEL: name}}
+        return Observation(status=status)
     report = AT_PROVIDER.get((group, kind))
     at_provider = report(body, world) if report else {"id": external}
     if at_provider is not None and at_provider.get("manifest") is ABSENT:

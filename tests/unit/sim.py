@@ -5,7 +5,7 @@ import copy
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.output import Output
-from tests.sim.providers import World, observe
+from tests.sim.providers import World, answer, observe
 
 MAX_PASSES = 25
 
@@ -23,6 +23,14 @@ def reported(
     return Observed(resources=resources, status=out.status)
 
 
+def answered(
+    required: dict[str, list[dict]], out: Output, world: World | None = None
+) -> dict[str, list[dict]]:
+    """required, with Crossplane's answer to the collections' members out asked for."""
+    bodies = [d.body for d in out.resources.values()]
+    return {**required, **answer(out.requirements, bodies, world or World())}
+
+
 def converge(
     xr: dict,
     required: dict[str, list[dict]],
@@ -32,7 +40,7 @@ def converge(
     """Reconcile until the desired set and the status stop changing."""
     out = compose_cluster(xr, required, Observed(), schemas)
     for _ in range(MAX_PASSES):
-        again = compose_cluster(xr, required, reported(out, world), schemas)
+        again = compose_cluster(xr, answered(required, out, world), reported(out, world), schemas)
         if again.resources == out.resources and again.status == out.status:
             return again
         out = again

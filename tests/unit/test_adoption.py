@@ -8,8 +8,10 @@ import pytest
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.serving import adoption
+from function.serving.components import GPU_NODE_LABEL
+from tests import nodes
 from tests.builders import all_classes, example, world_for
-from tests.sim.providers import conditions, observe
+from tests.sim.providers import World, conditions, observe
 from tests.sim.workload import inference_gateway
 from tests.unit import sim
 
@@ -24,7 +26,9 @@ def required(classes):
     return {**all_classes(classes), "inference-gateways": [inference_gateway("fleet-a")]}
 
 
-def crd(release: str | None, version: str = "v1.17.2", fields: bool = True) -> dict:
+def crd(
+    release: str | None, version: str = "v1.17.2", fields: bool = True, namespace="platform"
+) -> dict:
     """certificates.cert-manager.io as the API server has it (only what the function reads)."""
     spec_props: dict = {"issuerRef": {"type": "object"}}
     if fields:
@@ -37,7 +41,7 @@ def crd(release: str | None, version: str = "v1.17.2", fields: bool = True) -> d
     if release:
         meta["annotations"] = {
             "meta.helm.sh/release-name": release,
-            "meta.helm.sh/release-namespace": "platform",
+            "meta.helm.sh/release-namespace": namespace,
         }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -73,18 +77,23 @@ def detector_status(found: dict | None) -> dict:
     return {"conditions": conditions(), "atProvider": {"manifest": found}}
 
 
-def run(found: dict | None, passes: int = 25, start=None):
-    """Reconciles of the Existing example; the detector finds `found` (None: nothing)."""
+def run(found: dict | None, passes: int = 25, start=None, world: World | None = None):
+    """Reconciles of the Existing example; cert-manager's detector finds `found` (None:
+    nothing), node-feature-discovery's what runs in the world."""
     xr, classes = example("existing")
     out = start or compose_cluster(xr, required(classes), Observed(), SCHEMAS)
     for _ in range(passes):
         resources = {}
         for key, desired in out.resources.items():
             body = copy.deepcopy(desired.body)
-            body["status"] = detector_status(found) if key == DETECT else observe(body).status
+            seen = observe(body, world).status
+            body["status"] = detector_status(found) if key == DETECT else seen
             resources[key] = ObservedResource(body)
         out = compose_cluster(
-            xr, required(classes), Observed(resources=resources, status=out.status), SCHEMAS
+            xr,
+            sim.answered(required(classes), out, world),
+            Observed(resources=resources, status=out.status),
+            SCHEMAS,
         )
     return out
 
@@ -144,8 +153,15 @@ def test_a_cert_manager_outside_helm_is_adopted_too():
 
 
 def test_the_functions_own_kept_crds_are_installed_over_again():
-    out = run(crd("mp-cert-manager"))
+    out = run(crd("mp-cert-manager", namespace="cert-manager"))
     assert RELEASE in out.resources
+    assert DETECT not in out.resources  # the function's now: nothing left to look for
+
+
+def test_a_release_named_as_the_functions_in_another_namespace_is_not_its_own():
+    out = run(crd("mp-cert-manager", namespace="other-control-plane"))
+    assert RELEASE not in out.resources
+    assert any(r.reason == "ComponentAdopted" for r in out.results)
 
 
 def test_a_cert_manager_too_old_for_the_stack_is_named_and_the_stack_waits():
@@ -173,3 +189,202 @@ def test_a_provisioned_cluster_looks_for_nothing(source):
     out = sim.converge(xr, required(classes), world_for(xr), SCHEMAS)
     assert DETECT not in out.resources
     assert RELEASE in out.resources
+
+
+# --- node-feature-discovery: found by its worker DaemonSet, wherever and however installed --------
+
+NFD = "node-feature-discovery"
+NFD_DETECT = adoption.detector_key(NFD)
+NFD_RELEASE = "release-node-feature-discovery"
+NFD_FOUND = adoption.members_key(NFD)
+
+
+def nfd_worker(release: str | None, namespace: str = "gpu-operator") -> dict:
+    """An NFD worker DaemonSet as its chart labels it (0.18.3 templates/worker.yaml), installed
+    by release (None: outside Helm), as the GPU Operator's subchart names it."""
+    meta: dict = {
+        "name": f"{release or 'nfd'}-node-feature-discovery-worker",
+        "namespace": namespace,
+        "labels": {
+            "app.kubernetes.io/name": NFD,
+            "app.kubernetes.io/instance": release or "nfd",
+            "app.kubernetes.io/version": "v0.17.3",
+            "role": "worker",
+        },
+    }
+    if release:
+        meta["annotations"] = {
+            "meta.helm.sh/release-name": release,
+            "meta.helm.sh/release-namespace": namespace,
+        }
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta, "status": {}}
+
+
+def running(*objects: dict) -> World:
+    return World(running=list(objects))
+
+
+def reported(out, world: World | None = None) -> dict[str, ObservedResource]:
+    """What out composed, as the providers report it, by resource key."""
+    resources = {k: ObservedResource(copy.deepcopy(d.body)) for k, d in out.resources.items()}
+    for r in resources.values():
+        r.body["status"] = observe(r.body, world).status
+    return resources
+
+
+def holding(edit, members: list[dict] | None = None, passes: int = 25):
+    """Reconciles of the Existing example with NFD's collection as edit leaves it each time
+    (its members handed over as given): the stack converges around an undecided NFD."""
+    xr, classes = example("existing")
+    out = compose_cluster(xr, required(classes), Observed(), SCHEMAS)
+    for _ in range(passes):
+        resources = reported(out)
+        if NFD_DETECT in resources:
+            edit(resources[NFD_DETECT].body)
+        given = {**required(classes), NFD_FOUND: members or []}
+        out = compose_cluster(xr, given, Observed(resources=resources), SCHEMAS)
+    return out
+
+
+def test_nfd_is_looked_for_by_its_workers_labels_in_every_namespace():
+    out = run(None, passes=4)
+    collection = out.resources[NFD_DETECT].body
+    assert collection["kind"] == "ObservedObjectCollection"
+    assert collection["spec"]["observeObjects"] == {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "selector": {"matchLabels": {"app.kubernetes.io/name": NFD, "role": "worker"}},
+    }
+    assert "namespace" not in collection["spec"]["observeObjects"]
+
+
+def test_an_absent_nfd_is_installed_and_no_longer_looked_for():
+    out = run(None)
+    assert NFD_RELEASE in out.resources
+    assert adoption.GPU_RULE_KEY not in out.resources
+    assert NFD_FOUND not in out.requirements  # its release is the function's: nothing to decide
+    assert condition(out, "BackendReady").status is True
+
+
+def test_nothing_of_nfd_is_installed_while_the_collection_has_not_listed():
+    out = holding(lambda body: body.update(status={"conditions": []}))
+    assert NFD_RELEASE not in out.resources
+    assert NFD_FOUND in out.requirements
+    backend = condition(out, "BackendReady").message
+    assert "waiting for 1 of" in backend and "looking for one already installed" in backend
+
+
+def test_none_found_counts_only_when_a_second_reconcile_finds_none_again():
+    """Crossplane's cache may not hold the members yet when the collection turns Ready: the
+    first empty answer marks the detector, the second installs."""
+
+    def unmarked(body):
+        body["metadata"].pop("annotations", None)
+
+    first = holding(unmarked)
+    assert NFD_RELEASE not in first.resources
+    marked = first.resources[NFD_DETECT].body["metadata"].get("annotations")
+    assert marked == {adoption.LOOKED: adoption.NONE_FOUND}
+    assert "looking again" in condition(first, "BackendReady").message
+    # Marked, and none found again: installed.
+    second = holding(lambda body: None)
+    assert NFD_RELEASE in second.resources
+    # Marked, but found at the second look: adopted, and the mark goes.
+    world = running(nfd_worker("gpu-operator"))
+    xr, classes = example("existing")
+    resources = reported(first, world)
+    resources[NFD_DETECT].body["metadata"]["annotations"] = marked
+    late = compose_cluster(
+        xr, sim.answered(required(classes), first, world), Observed(resources=resources), SCHEMAS
+    )
+    assert NFD_RELEASE not in late.resources
+    assert "annotations" not in late.resources[NFD_DETECT].body["metadata"]
+    assert any(r.reason == "ComponentAdopted" for r in late.results)
+
+
+def test_an_nfd_of_another_release_is_adopted_with_the_functions_gpu_rule_beside_it():
+    out = run(None, world=running(nfd_worker("gpu-operator")))
+    assert NFD_RELEASE not in out.resources
+    (adopted,) = [r for r in out.results if r.reason == "ComponentAdopted"]
+    assert "node-feature-discovery: adopted Helm release gpu-operator/gpu-operator (v0.17.3)" in (
+        adopted.message
+    )
+    rule = out.resources[adoption.GPU_RULE_KEY].body["spec"]["forProvider"]["manifest"]
+    assert rule["kind"] == "NodeFeatureRule"
+    (labelled,) = rule["spec"]["rules"]
+    # The label the DRA driver's kubelet plugin is placed by.
+    assert labelled["labels"] == {GPU_NODE_LABEL: "true"}
+    assert condition(out, "BackendReady").status is True
+
+
+def test_an_nfd_outside_helm_is_adopted_too():
+    out = run(None, world=running(nfd_worker(None, "kube-system")))
+    assert NFD_RELEASE not in out.resources
+    assert any("an install outside Helm" in r.message for r in out.results)
+
+
+def test_the_functions_own_nfd_found_again_is_installed_over_again():
+    own = nfd_worker("mp-node-feature-discovery", "node-feature-discovery")
+    out = run(None, world=running(own))
+    assert NFD_RELEASE in out.resources
+    assert adoption.GPU_RULE_KEY not in out.resources
+
+
+def test_a_member_not_read_yet_holds_the_install():
+    xr, classes = example("existing")
+    world = running(nfd_worker("gpu-operator"))
+    out = run(None, passes=25, world=world)
+    members = sim.answered(required(classes), out, world)[NFD_FOUND]
+    for member in members:
+        member["status"] = {"conditions": []}  # made by the collection, not observed yet
+    resources = reported(out, world)
+    again = compose_cluster(
+        xr, {**required(classes), NFD_FOUND: members}, Observed(resources=resources), SCHEMAS
+    )
+    assert NFD_RELEASE not in again.resources
+    assert not [r for r in again.results if r.reason == "ComponentAdopted"]
+
+
+def test_a_collection_the_provider_cannot_list_says_so_in_its_words():
+    refused = conditions(
+        ready=False, reason="ReconcileError", message='daemonsets.apps is forbidden: User "x"'
+    )
+    out = holding(lambda body: body.update(status={"conditions": refused}))
+    assert NFD_RELEASE not in out.resources
+    assert "daemonsets.apps is forbidden" in condition(out, "BackendReady").message
+
+
+def test_once_adopted_a_passing_error_does_not_make_the_stack_wait_again():
+    world = running(nfd_worker("gpu-operator"))
+    adopted = run(None, world=world)
+    xr, classes = example("existing")
+    resources = reported(adopted, world)
+    resources[NFD_DETECT].body["status"] = {
+        "conditions": conditions(ready=False, reason="ReconcileError", message="etcd timeout")
+    }
+    again = compose_cluster(
+        xr, sim.answered(required(classes), adopted, world), Observed(resources=resources), SCHEMAS
+    )
+    assert NFD_RELEASE not in again.resources
+    assert condition(again, "BackendReady").status is True
+
+
+def test_the_functions_nfd_stays_when_another_appears_and_an_adopted_one_gone_is_replaced():
+    installed = run(None)
+    later = run(None, passes=3, start=installed, world=running(nfd_worker("gpu-operator")))
+    assert NFD_RELEASE in later.resources
+    assert not [r for r in later.results if r.reason == "ComponentAdopted"]
+
+    adopted = run(None, world=running(nfd_worker("gpu-operator")))
+    gone = run(None, start=adopted)
+    assert NFD_RELEASE in gone.resources  # the stack needs one: the function's now
+    assert adoption.GPU_RULE_KEY in gone.resources  # composed once, only the spec removes it
+
+
+def test_the_gpu_rule_labels_nvidia_gpus_as_the_dra_driver_places_its_plugin_and_nothing_else():
+    gpu = nodes.rule_labels([adoption.GPU_RULE], [nodes.NVIDIA_GPU])
+    assert gpu == {GPU_NODE_LABEL: "true"}
+    nic = {"class": "0207", "vendor": "15b3", "device": "1021"}  # a ConnectX-7 on InfiniBand
+    assert nodes.rule_labels([adoption.GPU_RULE], [nic]) == {}
+    vga = {"class": "0300", "vendor": "10de", "device": "26b9"}  # one that presents as VGA
+    assert nodes.rule_labels([adoption.GPU_RULE], [vga]) == {GPU_NODE_LABEL: "true"}
