@@ -18,6 +18,7 @@ from function import names
 from function.serving.components import COMPONENTS
 from tests import charts, nodes
 from tests.conftest import crds_dir
+from tests.e2e.charts_server import STAND_IN_CHARTS, STAND_INS
 from tests.unit.sim import differing
 from tests.validation import validate_manifests
 
@@ -275,3 +276,36 @@ def test_envoy_gateway_may_read_every_backend_resource_it_watches(example):
     assert ("inference.networking.k8s.io", "inferencepools", "list") not in _grants(
         rendered, ENVOY_GATEWAY_SA
     )
+
+
+def test_the_nebius_csi_stand_in_installs_what_the_function_relies_on():
+    """csi-mounted-fs-path has no public source: the e2e's chart server serves our stand-in
+    (tests/e2e/stand-in-charts) under its name and version. Rendered by the real Helm with the
+    Nebius Release's own values, it gives the CSI driver the composed StorageClass provisions
+    with, and a node DaemonSet on the GPU nodes that mounts the data directory the function sets."""
+    assert set(charts.UNCHECKED) == STAND_INS
+    (release,) = [
+        r for r in charts.releases("nebius") if charts.chart_of(r)["name"] == "csi-mounted-fs-path"
+    ]
+    chart, spec = charts.chart_of(release), release["spec"]["forProvider"]
+    folder = STAND_IN_CHARTS / f"{chart['name']}-{chart['version']}"
+    meta = yaml.safe_load((folder / "Chart.yaml").read_text())
+    assert (meta["name"], meta["version"]) == (chart["name"], chart["version"])
+    rendered = charts._template(
+        folder,
+        charts.release_name(release),
+        spec["namespace"],
+        json.dumps(spec["values"], sort_keys=True),
+        charts.helm_bin(),
+    )
+    by_kind = {m["kind"]: m for m in rendered}
+    classes = [
+        o["spec"]["forProvider"]["manifest"]
+        for o in charts.converged("nebius")
+        if o["kind"] == "Object"
+        and o["spec"]["forProvider"]["manifest"].get("kind") == "StorageClass"
+    ]
+    assert [c["provisioner"] for c in classes] == [by_kind["CSIDriver"]["metadata"]["name"]]
+    pod = by_kind["DaemonSet"]["spec"]["template"]["spec"]
+    assert pod["tolerations"] == spec["values"]["tolerations"]
+    assert pod["volumes"][0]["hostPath"]["path"] == spec["values"]["dataDir"]

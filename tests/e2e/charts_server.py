@@ -18,8 +18,10 @@ server answers for the real hostnames of those repositories, on port 443 of one 
   annotations) tagged with the chart version. `docker.io` is also served as `registry-1.docker.io`,
   the host oras-go dials for it (registry/reference.go `Host()`).
 
-A chart the function names that ../shared/charts lacks (csi-mounted-fs-path, which has no public
-source) is not served: a pull of it gets 404, as from a repository without it. A test can withdraw
+A chart the function names that has no public source (csi-mounted-fs-path, ../shared/charts/
+SOURCES.md) is served from a stand-in written here (tests/e2e/stand-in-charts: only the objects the
+function relies on); any other chart ../shared/charts lacks is not served: a pull of it gets 404,
+as from a repository without it. A test can withdraw
 a served OCI chart version for a while, as a registry that no longer has it: it lists
 `<host>/<repo>:<tag>` lines in `<workdir>/withdrawn`, read on every request (the tag is then
 left out of the tag list and its manifest is unknown). The certificate is
@@ -60,6 +62,9 @@ PORT = 443  # the repositories' URLs name no port
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 HELM_CONFIG = "application/vnd.cncf.helm.config.v1+json"  # helm pkg/registry/constants.go
 HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+# Charts with no public source, served from a stand-in of ours under the same name and version.
+STAND_INS = frozenset({"csi-mounted-fs-path"})
+STAND_IN_CHARTS = ROOT / "tests" / "e2e" / "stand-in-charts"
 # oras-go v2.6.1 registry/reference.go: Reference.Host() dials registry-1.docker.io for docker.io.
 HOST_ALIASES = {"docker.io": ("registry-1.docker.io",)}
 
@@ -107,7 +112,8 @@ def wanted(folder: Path | None = None) -> list[Chart]:
     folder = folder or charts_dir()
     found = []
     for spec in {*CHARTS.values(), *CLOUD_CHARTS.values()}:
-        path = folder / f"{spec.name}-{spec.version}"
+        home = STAND_IN_CHARTS if spec.name in STAND_INS else folder
+        path = home / f"{spec.name}-{spec.version}"
         meta = path / "Chart.yaml"
         ok = meta.is_file() and (
             (m := yaml.safe_load(meta.read_text()))["name"],
