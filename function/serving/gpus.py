@@ -20,9 +20,11 @@ at v25.12.0): an Ubuntu image, `nvidia-smi -L`, then sleep.
 
 import hashlib
 import json
+import marshal
 from dataclasses import dataclass
 
 from function import kube, names
+from function.caches import BODIES
 from function.clusters.base import as_desired
 from function.inputs import Inputs, ObservedResource
 from function.models import InferenceClass, NodePool
@@ -201,32 +203,43 @@ def render(inputs: Inputs, provider_config: str | None, namespace_ready: bool) -
         states[pool.name] = UNOBSERVED
         if provider_config is None or not (namespace_ready or template_key in observed):
             continue
-        name = workload_name(inputs.xr.name, pool.name)
-        template = claim_template(f"{name}-{_digest(requests)}", requests)
-        resources[template_key] = _object(
-            inputs, template_key, template, provider_config, ADMIN_ACCESS_KEPT
-        )
+        template, made = _bodies(inputs.xr.name, pool.name, requests, provider_config)
+        resources[template_key] = Desired(template, _ready(observed.get(template_key)), shared=True)
         if not resources[template_key].ready and probe not in observed:
             if template_key in observed and observed[template_key].get("status"):
                 states[pool.name] = ADMIN_ACCESS_OFF
             continue
-        made = daemon_set(name, pool.name, template["metadata"]["name"])
-        resources[probe] = _object(inputs, probe, made, provider_config, ALL_READY)
+        resources[probe] = Desired(made, _ready(observed.get(probe)), shared=True)
         states[pool.name] = _state(observed.get(probe))
     outlives = [(NAMESPACE_KEY, k) for k in resources]
     daemon_sets = {probe_key(p) for p in states} & resources.keys()
     return Probes(resources, outlives, condition(states, per_node, bool(resources)), daemon_sets)
 
 
-def _object(
-    inputs: Inputs, key: str, manifest: dict, provider_config: str, ready_when: str
-) -> Desired:
-    body = kube.manifest_object(
-        inputs.xr.name, key, manifest, provider_config, ready_when=ready_when
+def _bodies(xr: str, pool: str, requests: list[dict], provider_config: str) -> tuple[dict, dict]:
+    """The pool's claim template and DaemonSet Objects, made once for what they are made of and
+    kept with the cluster's other bodies (caches.BODIES)."""
+    made_of = ("gpu-probe", pool, provider_config, marshal.dumps(requests))
+    return BODIES.item(xr, made_of, lambda: _make_bodies(xr, pool, requests, provider_config))
+
+
+def _make_bodies(
+    xr: str, pool: str, requests: list[dict], provider_config: str
+) -> tuple[dict, dict]:
+    name = workload_name(xr, pool)
+    template = claim_template(f"{name}-{_digest(requests)}", requests)
+    probe = daemon_set(name, pool, template["metadata"]["name"])
+    return (
+        _object(xr, claim_key(pool), template, provider_config, ADMIN_ACCESS_KEPT),
+        _object(xr, probe_key(pool), probe, provider_config, ALL_READY),
     )
+
+
+def _object(xr: str, key: str, manifest: dict, provider_config: str, ready_when: str) -> dict:
+    body = kube.manifest_object(xr, key, manifest, provider_config, ready_when=ready_when)
     # The Object's own name, lowercase like every other pool resource's.
-    body["metadata"]["name"] = names.cloud_name(inputs.xr.name, key, cluster=inputs.xr.name)
-    return Desired(body, ready=_ready(inputs.observed.resources.get(key)))
+    body["metadata"]["name"] = names.cloud_name(xr, key, cluster=xr)
+    return body
 
 
 def _digest(requests: list[dict]) -> str:
