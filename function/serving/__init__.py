@@ -13,7 +13,7 @@ Rules the engine applies to every component (function/serving/components.py):
 import functools
 import marshal
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from function import kube, names
 from function.caches import BODIES
@@ -88,14 +88,14 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     table = components(ctx.stack, inputs.xr.spec.cluster.source)
     pending: dict[str, str | None] = {}
     withheld: list[str] = []
-    adopted: dict[str, bool] = {}  # resource key -> whether what it stands for is ready
+    adopted: dict[str, adoption.Decision] = {}  # by resource key: what stands for it
     for component in table:
         key = component.resource_key
         seen = observed.get(key)
         decision = _adoption(component, inputs, cluster.provider_config, facts, reachable)
         if decision is not None and decision.verdict != "install":
             if decision.verdict == "adopted":
-                adopted[key] = decision.ready
+                adopted[key] = decision
             else:
                 pending[key] = decision.why
             continue
@@ -136,13 +136,33 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         facts.gpus,
         bool(withheld),
         ctx.stack,
+        _adopted_names(table, adopted),
     )
     facts.ready, facts.reason, facts.message = backend.status, backend.reason, backend.message
     return facts
 
 
-def verdict(installing: str | None, gpus_: Condition, withheld: bool, stack: str) -> Condition:
-    """BackendReady: installed, then GPUs a model can claim, then a gateway open to clients."""
+def verdict(
+    installing: str | None,
+    gpus_: Condition,
+    withheld: bool,
+    stack: str,
+    adopted: list[str] | None = None,
+) -> Condition:
+    """BackendReady: installed, then GPUs a model can claim, then a gateway open to clients;
+    once installed, it names what was adopted (per cluster, what the stack runs on that the
+    function did not install)."""
+    found = verdict_installed(installing, gpus_, withheld, stack)
+    if adopted and found.reason in ("Available", "WaitingForClients"):
+        return replace(
+            found, message=f"{found.message}; adopted, not installed: {', '.join(adopted)}"
+        )
+    return found
+
+
+def verdict_installed(
+    installing: str | None, gpus_: Condition, withheld: bool, stack: str
+) -> Condition:
     if installing:
         return Condition("BackendReady", False, "Installing", installing)
     if not gpus_.status and gpus_.reason != gpus.ADMIN_ACCESS_OFF_REASON:
@@ -285,9 +305,9 @@ def _adoption(
     key = adoption.detector_key(component.key)
     beside = adoption.beside(inputs.xr.name, component.key, provider_config)
     if component.resource_key in observed:
-        # Installed by the function: its own for good. The detector, read-only, goes (its
-        # collection would list the cluster's DaemonSets and copy them here for nothing).
-        for kept in (k for k in beside if k in observed):
+        # Installed by the function: its own for good. What was composed for the decision stays
+        # as it is (only a change of spec removes anything).
+        for kept in (k for k in (key, *beside) if k in observed):
             facts.resources[kept] = Desired(as_desired(observed[kept].body), ready=True)
         return None
     if not reachable:
@@ -330,7 +350,7 @@ def adoption_requirements(
 
 
 def _blocked(
-    component: Component, observed, cluster: ClusterFacts, adopted: dict[str, bool]
+    component: Component, observed, cluster: ClusterFacts, adopted: dict[str, adoption.Decision]
 ) -> list[str]:
     """What a component not composed yet still waits for (an adopted component: what stands
     for it)."""
@@ -338,11 +358,25 @@ def _blocked(
     blocked = [
         d
         for d in needs
-        if not adopted.get(RESOURCE_KEYS[d]) and not _ready(observed.get(RESOURCE_KEYS[d]))
+        if not _stands(adopted.get(RESOURCE_KEYS[d])) and not _ready(observed.get(RESOURCE_KEYS[d]))
     ]
     if component.key == DRA_DRIVER:  # the node driver a cloud installs itself comes first
         blocked += [k for k in cluster.nvidia_driver_installers if not _ready(observed.get(k))]
     return blocked
+
+
+def _stands(adopted: adoption.Decision | None) -> bool:
+    """Whether an adopted component is ready to stand in for the release not installed."""
+    return adopted is not None and adopted.ready
+
+
+def _adopted_names(table, adopted: dict[str, adoption.Decision]) -> list[str]:
+    """Each adopted component of the table and whose it is, as BackendReady names them."""
+    return [
+        f"{c.key} ({adopted[c.resource_key].owner or 'adopted earlier'})"
+        for c in table
+        if c.resource_key in adopted
+    ]
 
 
 def _ready(seen) -> bool:

@@ -34,6 +34,7 @@ HELM_RELEASE = "meta.helm.sh/release-name"
 HELM_NAMESPACE = "meta.helm.sh/release-namespace"
 VERSION_LABEL = "app.kubernetes.io/version"
 CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+WEBHOOK = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 COLLECTION_KIND = "ObservedObjectCollection"
 # Crossplane hands over required resources from its informer cache (v2.2 core.go,
 # NewExistingRequiredResourcesFetcher), and the collection turns Ready just after making its
@@ -71,6 +72,13 @@ DETECTORS: dict[str, Detector] = {
             ("spec", "revisionHistoryLimit"),
         ),
     ),
+    # LeaderWorkerSet 0.8.0 and Grove v0.1.0-alpha.11 install admission webhooks of fixed names
+    # from their templates (lws templates/webhook/webhook.yaml, grove
+    # templates/pcs-defaulting-webhook-config.yaml): a second release meets Helm's "invalid
+    # ownership metadata" on them, and a second controller would serve the same kinds. Their CRDs
+    # come from crds/, unlabelled, so the webhook says whether one runs and whose it is.
+    "leader-worker-set": Detector(*WEBHOOK, "lws-mutating-webhook-configuration"),
+    "grove": Detector(*WEBHOOK, "podcliqueset-defaulting-webhook"),
     # node-feature-discovery 0.18.3 templates/worker.yaml: the worker DaemonSet carries
     # app.kubernetes.io/name (the chart's name, also as the GPU and network operators' subchart)
     # and role=worker, whatever the release is called.
@@ -221,7 +229,9 @@ def decide(
             "what the function would install)",
             owner=owner,
         )
-    return Decision("adopted", ready=_established(found), owner=owner)
+    # A CRD serves once Established; a webhook configuration as soon as it is there.
+    ready = _established(found) if found.get("kind") == CRD[1] else True
+    return Decision("adopted", ready=ready, owner=owner)
 
 
 def _absent(labelled: bool, seen: ObservedResource | None) -> Decision:

@@ -546,6 +546,9 @@ def test_what_another_release_installed_is_adopted_not_installed_beside(installs
         # for its clients, by design).
         backend = condition(state.get(), "BackendReady")
         assert backend.get("reason") in {"Available", "WaitingForClients"}, describe(state)
+        # And names, on the XR, what it runs on that the function did not install.
+        for pre in preinstalled:
+            assert f"Helm release {pre.namespace}/{pre.release}" in backend["message"], backend
         adopted = [
             e.get("message", "")
             for e in state.kube.list("v1", "Event", "default")

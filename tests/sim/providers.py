@@ -15,6 +15,8 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from function.serving import adoption
+from function.versions import CHARTS
 from tests.sim import workload
 
 ACCOUNT = "123456789012"
@@ -33,6 +35,8 @@ class Observation:
 
 
 ABSENT: dict = {}  # what an Observe-only Object finds when its object does not exist
+# The objects the function's detectors look for by name.
+DETECTED_NAMES = frozenset(d.name for d in adoption.DETECTORS.values() if not d.labels)
 
 
 @dataclass
@@ -48,9 +52,9 @@ class World:
     # The status of named workload objects where it differs from what their controller usually
     # writes (a GPU probe DaemonSet whose pods are not all ready), by metadata.name.
     remote_status: dict[str, dict] = field(default_factory=dict)
-    # CRDs on an Existing cluster as a detector finds them, by name (None: absent); any other is
-    # the function's own, as its release installed it.
-    crds: dict[str, dict | None] = field(default_factory=dict)
+    # What a detector finds on an Existing cluster (a CRD, a webhook configuration), by name
+    # (None: absent); any other is the function's own, as its release installed it.
+    detected: dict[str, dict | None] = field(default_factory=dict)
     # Objects another team runs on an Existing cluster (manifests with status), as an
     # ObservedObjectCollection finds them by kind and labels.
     running: list[dict] = field(default_factory=list)
@@ -300,22 +304,29 @@ def _vke_node_pool(body: dict, world: World) -> dict:
     }
 
 
-def own_crd(name: str) -> dict:
-    """A CRD the function's own release mp-<component> installed, Established."""
-    component = {"certificates.cert-manager.io": "cert-manager"}.get(name, name)
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
+def own_detected(manifest: dict) -> dict:
+    """What a detector (function/serving/adoption.py) finds once the function's own release
+    mp-<component> installed it: annotated by Helm, a CRD Established."""
+    name = manifest.get("metadata", {}).get("name", "")
+    component = next(
+        (c for c, d in adoption.DETECTORS.items() if d.name == name and not d.labels), name
+    )
+    namespace = CHARTS[component].namespace if component in CHARTS else component
+    found = {
+        "apiVersion": manifest.get("apiVersion"),
+        "kind": manifest.get("kind"),
         "metadata": {
             "name": name,
             "uid": "00000000-0000-0000-0000-000000000002",
             "annotations": {
                 "meta.helm.sh/release-name": f"mp-{component}",
-                "meta.helm.sh/release-namespace": component,
+                "meta.helm.sh/release-namespace": namespace,
             },
         },
-        "status": {"conditions": [{"type": "Established", "status": "True"}]},
     }
+    if manifest.get("kind") == "CustomResourceDefinition":
+        found["status"] = {"conditions": [{"type": "Established", "status": "True"}]}
+    return found
 
 
 def _object(body: dict, world: World) -> dict:
@@ -323,14 +334,14 @@ def _object(body: dict, world: World) -> dict:
     spec = body.get("spec", {})
     observe_only = not {"*", "Create"} & set(spec.get("managementPolicies") or ["*"])
     manifest = spec.get("forProvider", {}).get("manifest", {})
-    if observe_only and manifest.get("kind") == "CustomResourceDefinition":
-        # A CRD the function only looks for (function/serving/adoption.py): the world's (None:
+    name = manifest.get("metadata", {}).get("name", "")
+    if observe_only and name in DETECTED_NAMES:
+        # What the function only looks for (function/serving/adoption.py): the world's (None:
         # absent), else the function's own, as its release installs it.
-        name = manifest.get("metadata", {}).get("name", "")
-        if name in world.crds:
-            found = world.crds[name]
+        if name in world.detected:
+            found = world.detected[name]
             return {"manifest": ABSENT if found is None else found}
-        return {"manifest": own_crd(name)}
+        return {"manifest": own_detected(manifest)}
     remote = workload.remote_object(manifest, observe_only, world.gateway_address)
     override = world.remote_status.get(manifest.get("metadata", {}).get("name", ""))
     if override is not None:

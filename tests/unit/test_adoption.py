@@ -26,6 +26,17 @@ def required(classes):
     return {**all_classes(classes), "inference-gateways": [inference_gateway("fleet-a")]}
 
 
+def helm_meta(name: str, release: str | None, namespace: str, labels: dict) -> dict:
+    """An object's metadata as Helm leaves it when release installed it (None: outside Helm)."""
+    meta: dict = {"name": name, "labels": labels}
+    if release:
+        meta["annotations"] = {
+            "meta.helm.sh/release-name": release,
+            "meta.helm.sh/release-namespace": namespace,
+        }
+    return meta
+
+
 def crd(
     release: str | None, version: str = "v1.17.2", fields: bool = True, namespace="platform"
 ) -> dict:
@@ -34,15 +45,9 @@ def crd(
     if fields:
         spec_props["privateKey"] = {"properties": {"rotationPolicy": {"type": "string"}}}
         spec_props["revisionHistoryLimit"] = {"type": "integer"}
-    meta: dict = {
-        "name": "certificates.cert-manager.io",
-        "labels": {"app.kubernetes.io/version": version},
-    }
-    if release:
-        meta["annotations"] = {
-            "meta.helm.sh/release-name": release,
-            "meta.helm.sh/release-namespace": namespace,
-        }
+    meta = helm_meta(
+        "certificates.cert-manager.io", release, namespace, {"app.kubernetes.io/version": version}
+    )
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -155,7 +160,6 @@ def test_a_cert_manager_outside_helm_is_adopted_too():
 def test_the_functions_own_kept_crds_are_installed_over_again():
     out = run(crd("mp-cert-manager", namespace="cert-manager"))
     assert RELEASE in out.resources
-    assert DETECT not in out.resources  # the function's now: nothing left to look for
 
 
 def test_a_release_named_as_the_functions_in_another_namespace_is_not_its_own():
@@ -202,21 +206,16 @@ NFD_FOUND = adoption.members_key(NFD)
 def nfd_worker(release: str | None, namespace: str = "gpu-operator") -> dict:
     """An NFD worker DaemonSet as its chart labels it (0.18.3 templates/worker.yaml), installed
     by release (None: outside Helm), as the GPU Operator's subchart names it."""
-    meta: dict = {
-        "name": f"{release or 'nfd'}-node-feature-discovery-worker",
-        "namespace": namespace,
-        "labels": {
-            "app.kubernetes.io/name": NFD,
-            "app.kubernetes.io/instance": release or "nfd",
-            "app.kubernetes.io/version": "v0.17.3",
-            "role": "worker",
-        },
+    labels = {
+        "app.kubernetes.io/name": NFD,
+        "app.kubernetes.io/instance": release or "nfd",
+        "app.kubernetes.io/version": "v0.17.3",
+        "role": "worker",
     }
-    if release:
-        meta["annotations"] = {
-            "meta.helm.sh/release-name": release,
-            "meta.helm.sh/release-namespace": namespace,
-        }
+    meta = helm_meta(
+        f"{release or 'nfd'}-node-feature-discovery-worker", release, namespace, labels
+    )
+    meta["namespace"] = namespace
     return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta, "status": {}}
 
 
@@ -388,3 +387,53 @@ def test_the_gpu_rule_labels_nvidia_gpus_as_the_dra_driver_places_its_plugin_and
     assert nodes.rule_labels([adoption.GPU_RULE], [nic]) == {}
     vga = {"class": "0300", "vendor": "10de", "device": "26b9"}  # one that presents as VGA
     assert nodes.rule_labels([adoption.GPU_RULE], [vga]) == {GPU_NODE_LABEL: "true"}
+
+
+# --- LeaderWorkerSet and Grove: found by the admission webhooks of fixed names they install -----
+
+
+def webhook(name: str, release: str | None, namespace: str = "platform") -> dict:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": helm_meta(name, release, namespace, {"app.kubernetes.io/version": "v0.7.0"}),
+    }
+
+
+LWS_WEBHOOK = "lws-mutating-webhook-configuration"
+GROVE_WEBHOOK = "podcliqueset-defaulting-webhook"
+
+
+def converged_with(source: str, **detected) -> object:
+    xr, classes = example(source)
+    world = World(detected=detected)
+    return sim.converge(xr, required(classes), world, SCHEMAS)
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "component"),
+    [("existing", LWS_WEBHOOK, "leader-worker-set"), ("existing-dynamo", GROVE_WEBHOOK, "grove")],
+)
+def test_a_controller_another_release_installed_is_adopted_by_its_webhook(source, name, component):
+    out = converged_with(source, **{name: webhook(name, "platform-" + component)})
+    assert f"release-{component}" not in out.resources
+    assert adoption.detector_key(component) in out.resources
+    (adopted,) = [r for r in out.results if r.reason == "ComponentAdopted"]
+    assert f"Helm release platform/platform-{component} (v0.7.0)" in adopted.message
+    backend = condition(out, "BackendReady")
+    assert backend.status is True
+    # The XR says, per cluster, what it runs on that the function did not install.
+    assert backend.message.endswith(
+        f"; adopted, not installed: {component} (Helm release platform/platform-{component} "
+        "(v0.7.0))"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "component"),
+    [("existing", LWS_WEBHOOK, "leader-worker-set"), ("existing-dynamo", GROVE_WEBHOOK, "grove")],
+)
+def test_an_absent_controller_is_installed_and_no_longer_looked_for(source, name, component):
+    out = converged_with(source, **{name: None})
+    assert f"release-{component}" in out.resources
+    assert condition(out, "BackendReady").status is True
