@@ -19,7 +19,6 @@ from function.inputs import (
 )
 from function.models import InferenceCluster
 from function.output import Condition, Desired, Output, Requirement, Result
-from function.serving import adoption
 
 
 def compose_class(body: dict) -> Output:
@@ -93,7 +92,7 @@ def compose_cluster(
         results=cluster.results
         + stack.results
         + kept
-        + failures.warnings(observed.resources, resources.keys() - adoption.DETECTOR_KEYS)
+        + failures.warnings(observed.resources, resources.keys())
         + class_results(xr, inputs.classes),
         requirements=wanted,
         schemas=wanted_schemas,

@@ -18,6 +18,10 @@ from function.output import Result
 
 # Characters of a provider's message carried onto the XR (conditions and Warnings).
 LIMIT = 300
+# provider-kubernetes reports an Observe-only Object whose object does not exist as Synced=False,
+# "cannot observe external resource: external resource does not exist" (crossplane-runtime v2.1
+# managed reconciler, ShouldOnlyObserve).
+DOES_NOT_EXIST = "external resource does not exist"
 REDACTED = "[redacted]"
 
 _SECRETS = (
@@ -67,13 +71,22 @@ def _failure(seen: ObservedResource) -> str | None:
     return None
 
 
+def absent(seen: ObservedResource) -> bool:
+    """Whether seen only observes an object that does not exist (yet): an answer, not a failure
+    (a detector's "not installed", a ConfigMap another controller has still to write)."""
+    synced = seen.condition("Synced") or {}
+    return seen.get("spec", "managementPolicies") == ["Observe"] and DOES_NOT_EXIST in str(
+        synced.get("message", "")
+    )
+
+
 def warnings(observed: Mapping[str, ObservedResource], keys: Iterable[str]) -> list[Result]:
     """One Warning per composed resource whose provider reports a failure, in its words."""
     out = []
     for key in sorted(keys):
         seen = observed.get(key)
         why = failure(seen)
-        if why is None:
+        if why is None or absent(seen):
             continue
         what = f"{seen.get('kind')} {seen.get('metadata', 'name')}"
         out.append(Result("Warning", f"{key} ({what}): {why}", reason="ProviderError"))

@@ -303,32 +303,30 @@ def _adoption(
         return None
     observed = inputs.observed.resources
     key = adoption.detector_key(component.key)
-    beside = adoption.beside(inputs.xr.name, component.key, provider_config)
+    beside_keys = adoption.beside_keys(component.key)
     if component.resource_key in observed:
         # Installed by the function: its own for good. What was composed for the decision stays
         # as it is (only a change of spec removes anything).
-        for kept in (k for k in (key, *beside) if k in observed):
+        for kept in (k for k in (key, *beside_keys) if k in observed):
             facts.resources[kept] = Desired(as_desired(observed[kept].body), ready=True)
         return None
     if not reachable:
         return None
     members = inputs.required.get(adoption.members_key(component.key))
-    decision = adoption.decide(component.key, observed.get(key), members)
-    sticky = beside and beside.keys() <= observed.keys()
-    if decision.verdict == "waiting" and not decision.owner and sticky:
-        # Adopted before (what is composed beside it is there): a listing not read yet or a
-        # passing error does not make the stack wait again.
-        decision = adoption.Decision("adopted", ready=True, none_found=decision.none_found)
+    adopted_before = bool(beside_keys) and all(k in observed for k in beside_keys)
+    decision = adoption.decide(component.key, observed.get(key), members, adopted_before)
     facts.resources[key] = adoption.detector(
         inputs.xr.name, component.key, provider_config, decision
     )
     facts.results += adoption.results(component.key, decision)
-    for wired, body in beside.items():
-        seen = observed.get(wired)
-        if decision.verdict == "adopted":
-            facts.resources[wired] = Desired(body, ready=seen is not None and seen.ready)
-        elif seen is not None:  # composed while it was adopted: kept (only the spec removes)
-            facts.resources[wired] = Desired(as_desired(seen.body), ready=seen.ready)
+    if decision.verdict == "adopted":
+        for wired, body in adoption.beside(inputs.xr.name, component.key, provider_config).items():
+            seen = observed.get(wired)
+            facts.resources[wired] = Desired(body, ready=_ready(seen), shared=True)
+    for wired in (k for k in beside_keys if decision.verdict != "adopted" and k in observed):
+        # Composed while it was adopted: kept as it is (only a change of spec removes).
+        seen = observed[wired]
+        facts.resources[wired] = Desired(as_desired(seen.body), ready=seen.ready)
     return decision
 
 

@@ -24,12 +24,12 @@ managed reconciler, ShouldOnlyObserve): for a detector that is the answer "absen
 from dataclasses import dataclass
 
 from function import failures, kube, names
+from function.caches import BODIES
 from function.inputs import ObservedResource
 from function.output import Desired, Requirement, Result
 from function.serving.components import GPU_NODE_LABEL
 from function.versions import CHARTS
 
-DOES_NOT_EXIST = "external resource does not exist"
 HELM_RELEASE = "meta.helm.sh/release-name"
 HELM_NAMESPACE = "meta.helm.sh/release-namespace"
 VERSION_LABEL = "app.kubernetes.io/version"
@@ -94,10 +94,6 @@ def detector_key(component: str) -> str:
     return f"detect-{component}"
 
 
-# A detector's "does not exist" is an answer, not a failure to report.
-DETECTOR_KEYS = frozenset(detector_key(c) for c in DETECTORS)
-
-
 @dataclass(frozen=True)
 class Decision:
     """install: compose the release. adopted: compose nothing, and ready tells dependents whether
@@ -112,17 +108,25 @@ class Decision:
 
 
 def detector(xr: str, component: str, provider_config: str, decision: Decision) -> Desired:
-    """Ready whatever it finds: it is asked, not waited for."""
+    """Ready whatever it finds: it is asked, not waited for. Made once per cluster and answer
+    (caches.BODIES), as every reconcile of an Existing cluster composes it."""
+    made_of = ("detector", component, decision.none_found, provider_config)
+    body = BODIES.item(
+        xr, made_of, lambda: _make_detector(xr, component, provider_config, decision.none_found)
+    )
+    return Desired(body, ready=True, shared=True)
+
+
+def _make_detector(xr: str, component: str, provider_config: str, none_found: bool) -> dict:
     d = DETECTORS[component]
     key = detector_key(component)
     if d.labels:
         body = collection(xr, key, d, provider_config)
-        if decision.none_found:
+        if none_found:
             body["metadata"]["annotations"] = {LOOKED: NONE_FOUND}
-        return Desired(body, ready=True)
+        return body
     manifest = {"apiVersion": d.api_version, "kind": d.kind, "metadata": {"name": d.name}}
-    body = kube.manifest_object(xr, key, manifest, provider_config, policies=["Observe"])
-    return Desired(body, ready=True)
+    return kube.manifest_object(xr, key, manifest, provider_config, policies=["Observe"])
 
 
 def collection(xr: str, key: str, d: Detector, provider_config: str) -> dict:
@@ -178,12 +182,22 @@ GPU_RULE = {
 BESIDE = {"node-feature-discovery": (GPU_RULE_KEY, GPU_RULE)}
 
 
+def beside_keys(component: str) -> tuple[str, ...]:
+    """The resource keys of what the function composes beside the component once adopted."""
+    return (BESIDE[component][0],) if component in BESIDE else ()
+
+
 def beside(xr: str, component: str, provider_config: str) -> dict[str, dict]:
-    """The Objects the function composes beside an adopted component, by resource key."""
+    """The Objects the function composes beside an adopted component, by resource key (made
+    once per cluster, caches.BODIES)."""
     if component not in BESIDE:
         return {}
     key, manifest = BESIDE[component]
-    return {key: kube.manifest_object(xr, key, manifest, provider_config)}
+    made_of = ("beside", component, provider_config)
+    body = BODIES.item(
+        xr, made_of, lambda: kube.manifest_object(xr, key, manifest, provider_config)
+    )
+    return {key: body}
 
 
 def members_key(component: str) -> str:
@@ -202,14 +216,21 @@ def requirement(xr: str, component: str) -> Requirement:
 
 
 def decide(
-    component: str, seen: ObservedResource | None, members: list[dict] | None = None
+    component: str,
+    seen: ObservedResource | None,
+    members: list[dict] | None = None,
+    adopted_before: bool = False,
 ) -> Decision:
-    """What the detector's observation says about installing the component's release mp-<key>."""
+    """What the detector's observation says about installing the component's release mp-<key>.
+    adopted_before: what is composed beside the adopted component is there, so a listing not
+    read yet or a passing provider error does not make the stack wait again."""
     labelled = bool(DETECTORS[component].labels)
     if labelled:
         found, why = _found_among(component, seen, members)
     else:
         found, why = _found(seen)
+    if found is None and why is not None and adopted_before:
+        return Decision("adopted", ready=True)
     if found is None:
         return _absent(labelled, seen) if why is None else Decision("waiting", why)
     meta = found["metadata"]
@@ -251,7 +272,7 @@ def _found(seen: ObservedResource | None) -> tuple[dict | None, str | None]:
         return None, looking
     synced = seen.condition("Synced") or {}
     if synced.get("status") == "False":
-        if DOES_NOT_EXIST in str(synced.get("message", "")):
+        if failures.DOES_NOT_EXIST in str(synced.get("message", "")):
             return None, None
         return None, f"{looking}: {failures.words(synced.get('message'))}"
     found = seen.at_provider("manifest")
@@ -281,7 +302,7 @@ def _found_among(
             found.append(manifest)
             continue
         member_synced = observed.condition("Synced") or {}
-        if DOES_NOT_EXIST not in str(member_synced.get("message", "")):
+        if failures.DOES_NOT_EXIST not in str(member_synced.get("message", "")):
             return None, looking  # not read yet (one gone is dropped at the next listing)
     theirs = [m for m in found if not _ours(component, m["metadata"].get("annotations") or {})]
     if not theirs:

@@ -111,6 +111,23 @@ def test_an_object_the_api_server_rejects_is_named_in_backend_ready():
     assert "denied request: no issuers here" in backend.message
 
 
+def test_an_observed_object_that_does_not_exist_yet_is_an_answer_not_a_warning():
+    """An Observe-only Object of something another controller has still to write (the CA
+    ConfigMap trust-manager publishes) or a detector's "not installed" is not a provider failure;
+    the same words on an Object the function manages are."""
+    xr, required, out = converged("existing")
+    observed = sim.reported(out)
+    gone = "cannot observe external resource: external resource does not exist"
+    failing(observed, "gateway-ca-configmap", gone)
+    failing(observed, "gateway-ca-issuer", gone)
+    warned = [r.message for r in compose_cluster(xr, required, observed).results]
+    assert any(m.startswith("gateway-ca-issuer (") for m in warned)
+    assert not any(m.startswith("gateway-ca-configmap (") for m in warned)
+    assert observed.resources["gateway-ca-configmap"].get("spec", "managementPolicies") == [
+        "Observe"
+    ]
+
+
 @pytest.mark.parametrize(
     ("message", "kept", "gone"),
     [
