@@ -86,36 +86,10 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
     table = components(ctx.stack, inputs.xr.spec.cluster.source)
-    pending: dict[str, str | None] = {}
-    withheld: list[str] = []
-    adopted: dict[str, adoption.Decision] = {}  # by resource key: what stands for it
+    walk = _Walk()
     for component in table:
-        key = component.resource_key
-        seen = observed.get(key)
-        decision = _adoption(component, inputs, cluster.provider_config, facts, reachable)
-        if decision is not None and decision.verdict != "install":
-            if decision.verdict == "adopted":
-                adopted[key] = decision
-            else:
-                pending[key] = decision.why
-            continue
-        built = component.build(ctx)
-        if built is None:
-            if seen is None:
-                withheld.append(key)
-            else:
-                facts.resources[key] = Desired(as_desired(seen.body), ready=seen.ready)
-            continue
-        if seen is None and any(RESOURCE_KEYS[w] in withheld for w in component.watches):
-            withheld.append(key)
-            continue
-        if seen is None:  # first composed once reachable and what it comes after is Ready
-            blocked = _blocked(component, observed, cluster, adopted)
-            if not reachable or blocked:
-                pending[key] = ", ".join(blocked) if reachable else "ProviderConfigs"
-                continue
-        body = _body(component, built, ctx, cluster.provider_config)
-        facts.resources[key] = Desired(body, ready=seen is not None and seen.ready, shared=True)
+        ctx = walk.compose(component, ctx, inputs, cluster, facts, reachable)
+    pending, withheld, adopted = walk.pending, walk.withheld, walk.adopted
 
     probes = gpus.render(inputs, cluster.provider_config, _ready(observed.get(gpus.NAMESPACE_KEY)))
     facts.resources |= probes.resources
@@ -140,6 +114,71 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     )
     facts.ready, facts.reason, facts.message = backend.status, backend.reason, backend.message
     return facts
+
+
+@dataclass
+class _Walk:
+    """What walking the table in order found: why each component not composed waits, which wait
+    for clients, and what stands for each adopted one (by resource key)."""
+
+    pending: dict[str, str | None] = field(default_factory=dict)
+    withheld: list[str] = field(default_factory=list)
+    adopted: dict[str, adoption.Decision] = field(default_factory=dict)
+
+    def compose(
+        self,
+        component: Component,
+        ctx: Context,
+        inputs: Inputs,
+        cluster: ClusterFacts,
+        facts: StackFacts,
+        reachable: bool,
+    ) -> Context:
+        """Compose component into facts (or say why not); the context the next ones are built
+        from (what was adopted so far)."""
+        decision = _adoption(component, inputs, cluster.provider_config, facts, reachable)
+        if decision is not None and decision.verdict != "install":
+            key = component.resource_key
+            if decision.verdict == "adopted":
+                self.adopted[key] = decision
+                return replace(ctx, adopted=(*ctx.adopted, (component.key, decision.namespace)))
+            self.pending[key] = decision.why
+            return ctx
+        seen = inputs.observed.resources.get(component.resource_key)
+        # Inside a release adopted outside Helm, where to look is not known: nothing composed.
+        if seen is not None or dict(ctx.adopted).get(component.inside) != "":
+            self._place(component, seen, ctx, inputs, cluster, facts, reachable)
+        return ctx
+
+    def _place(
+        self,
+        component: Component,
+        seen: ObservedResource | None,
+        ctx: Context,
+        inputs: Inputs,
+        cluster: ClusterFacts,
+        facts: StackFacts,
+        reachable: bool,
+    ) -> None:
+        """Compose the function's own release or object, once what it comes after is Ready."""
+        key = component.resource_key
+        built = component.build(ctx)
+        if built is None:
+            if seen is None:
+                self.withheld.append(key)
+            else:
+                facts.resources[key] = Desired(as_desired(seen.body), ready=seen.ready)
+            return
+        if seen is None and any(RESOURCE_KEYS[w] in self.withheld for w in component.watches):
+            self.withheld.append(key)
+            return
+        if seen is None:  # first composed once reachable and what it comes after is Ready
+            blocked = _blocked(component, inputs.observed.resources, cluster, self.adopted)
+            if not reachable or blocked:
+                self.pending[key] = ", ".join(blocked) if reachable else "ProviderConfigs"
+                return
+        body = _body(component, built, ctx, cluster.provider_config)
+        facts.resources[key] = Desired(body, ready=seen is not None and seen.ready, shared=True)
 
 
 def verdict(

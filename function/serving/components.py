@@ -45,6 +45,13 @@ class Context:
     client_cas: tuple[gateway.ClientCA, ...] | None
     # What the gateway's Service carries for the cloud's load balancer.
     load_balancer_annotations: tuple[tuple[str, str], ...] = ()
+    # Components adopted on this cluster, and the namespace of the release that installed each
+    # ("" outside Helm).
+    adopted: tuple[tuple[str, str], ...] = ()
+
+    def release_namespace(self, component: str) -> str:
+        """Where the component's release runs: the adopted one's, else the function's own."""
+        return dict(self.adopted).get(component, CHARTS[component].namespace)
 
 
 # A builder returns the manifest (or chart values), or None for "not now": a component already
@@ -69,6 +76,9 @@ class Component:
     policies: tuple[str, ...] | None = None
     # What build always returns, when it is not built from the cluster's context.
     fixed: dict | None = None
+    # An object the named component's release installs, observed: composed for an adopted one
+    # only where its release is known (installed by Helm), as it is looked for in its namespace.
+    inside: str = ""
 
     @functools.cached_property
     def resource_key(self) -> str:
@@ -165,12 +175,22 @@ NFD_VALUES = {
     },
 }
 GPU_NODE_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+
+
 # The DRA driver's kubelet plugin DaemonSet, as its chart names it (templates/kubeletplugin.yaml).
-DRA_KUBELET_PLUGIN = {
-    "apiVersion": "apps/v1",
-    "kind": "DaemonSet",
-    "metadata": {"name": "nvidia-dra-driver-gpu-kubelet-plugin", "namespace": "nvidia-dra-driver"},
-}
+def dra_kubelet_plugin(ctx: Context) -> dict:
+    """The DRA driver's kubelet-plugin DaemonSet, named after the chart and in its release's
+    namespace (nvidia-dra-driver-gpu 25.12.0 templates/kubeletplugin.yaml), an adopted one's
+    included."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": "nvidia-dra-driver-gpu-kubelet-plugin",
+            "namespace": ctx.release_namespace("nvidia-dra-driver"),
+        },
+    }
+
 
 # Envoy Gateway v1.8.3 watches the InferencePools named in backendResources and reports ready only
 # once every informer has synced, but its chart's ClusterRole cannot read them; ai-gateway-helm
@@ -432,8 +452,9 @@ def table() -> tuple[Component, ...]:
         # are labelled and tainted by its operator, not by us).
         manifest(
             "dra-kubelet-plugin",
-            DRA_KUBELET_PLUGIN,
+            dra_kubelet_plugin,
             after=("nvidia-dra-driver",),
+            inside="nvidia-dra-driver",
             sources=frozenset({EXISTING}),
             policies=OBSERVE,
         ),

@@ -7,7 +7,7 @@ import pytest
 
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
-from function.serving import adoption
+from function.serving import adoption, gpus
 from function.serving.components import GPU_NODE_LABEL
 from tests import nodes
 from tests.builders import all_classes, example, world_for
@@ -392,16 +392,14 @@ def test_the_gpu_rule_labels_nvidia_gpus_as_the_dra_driver_places_its_plugin_and
 # --- LeaderWorkerSet and Grove: found by the admission webhooks of fixed names they install -----
 
 
-def webhook(name: str, release: str | None, namespace: str = "platform") -> dict:
+def installed(component: str, release: str | None, namespace: str = "platform") -> dict:
+    """The object a component's detector looks for, as another release installed it."""
+    d = adoption.DETECTORS[component]
     return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": helm_meta(name, release, namespace, {"app.kubernetes.io/version": "v0.7.0"}),
+        "apiVersion": d.api_version,
+        "kind": d.kind,
+        "metadata": helm_meta(d.name, release, namespace, {"app.kubernetes.io/version": "v0.7.0"}),
     }
-
-
-LWS_WEBHOOK = "lws-mutating-webhook-configuration"
-GROVE_WEBHOOK = "podcliqueset-defaulting-webhook"
 
 
 def converged_with(source: str, **detected) -> object:
@@ -410,12 +408,23 @@ def converged_with(source: str, **detected) -> object:
     return sim.converge(xr, required(classes), world, SCHEMAS)
 
 
-@pytest.mark.parametrize(
-    ("source", "name", "component"),
-    [("existing", LWS_WEBHOOK, "leader-worker-set"), ("existing-dynamo", GROVE_WEBHOOK, "grove")],
+# The controllers found by one cluster-scoped object their charts name the same whatever the
+# release, and an Existing example whose stack has each.
+BY_NAME = pytest.mark.parametrize(
+    ("source", "component"),
+    [
+        ("existing", "leader-worker-set"),
+        ("existing-dynamo", "grove"),
+        ("existing-dynamo", "kai-scheduler"),
+        ("existing", "nvidia-dra-driver"),
+    ],
 )
-def test_a_controller_another_release_installed_is_adopted_by_its_webhook(source, name, component):
-    out = converged_with(source, **{name: webhook(name, "platform-" + component)})
+
+
+@BY_NAME
+def test_a_controller_another_release_installed_is_adopted_by_its_fixed_object(source, component):
+    name = adoption.DETECTORS[component].name
+    out = converged_with(source, **{name: installed(component, "platform-" + component)})
     assert f"release-{component}" not in out.resources
     assert adoption.detector_key(component) in out.resources
     (adopted,) = [r for r in out.results if r.reason == "ComponentAdopted"]
@@ -429,11 +438,43 @@ def test_a_controller_another_release_installed_is_adopted_by_its_webhook(source
     )
 
 
-@pytest.mark.parametrize(
-    ("source", "name", "component"),
-    [("existing", LWS_WEBHOOK, "leader-worker-set"), ("existing-dynamo", GROVE_WEBHOOK, "grove")],
-)
-def test_an_absent_controller_is_installed_and_no_longer_looked_for(source, name, component):
+@BY_NAME
+def test_an_absent_controller_is_installed_and_no_longer_looked_for(source, component):
+    name = adoption.DETECTORS[component].name
     out = converged_with(source, **{name: None})
     assert f"release-{component}" in out.resources
+    assert condition(out, "BackendReady").status is True
+
+
+def test_an_adopted_dra_driver_is_watched_where_its_release_runs_and_gpus_claimed_through_it():
+    name = adoption.DETECTORS["nvidia-dra-driver"].name
+    out = converged_with(
+        "existing", **{name: installed("nvidia-dra-driver", "gpu-operator", "gpu-platform")}
+    )
+    watch = out.resources["dra-kubelet-plugin"].body["spec"]["forProvider"]["manifest"]
+    # nvidia-dra-driver-gpu 25.12.0 templates/kubeletplugin.yaml: the chart's name, the
+    # release's namespace.
+    assert watch["metadata"] == {
+        "name": "nvidia-dra-driver-gpu-kubelet-plugin",
+        "namespace": "gpu-platform",
+    }
+    # What comes after the driver stands on the adopted one: the GPU probes' namespace.
+    assert gpus.NAMESPACE_KEY in out.resources
+    assert condition(out, "BackendReady").status is True
+
+
+def test_a_dra_driver_outside_helm_is_adopted_without_a_watch_on_a_plugin_it_cannot_place():
+    name = adoption.DETECTORS["nvidia-dra-driver"].name
+    out = converged_with("existing", **{name: installed("nvidia-dra-driver", None)})
+    assert "release-nvidia-dra-driver" not in out.resources
+    assert "dra-kubelet-plugin" not in out.resources
+    assert gpus.NAMESPACE_KEY in out.resources
+    assert condition(out, "BackendReady").status is True
+
+
+def test_an_adopted_kai_scheduler_carries_grove_and_the_functions_queues():
+    name = adoption.DETECTORS["kai-scheduler"].name
+    out = converged_with("existing-dynamo", **{name: installed("kai-scheduler", "kai")})
+    assert "release-kai-scheduler" not in out.resources
+    assert {"release-grove", "kai-queue-root", "kai-queue"} <= out.resources.keys()
     assert condition(out, "BackendReady").status is True

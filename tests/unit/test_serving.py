@@ -247,7 +247,9 @@ def test_stacks_differ_only_in_their_own_components():
         k for k in set(dynamo.resources) - set(standard.resources) if not k.startswith("usage-")
     }
     assert dynamo_only == {
-        "detect-grove",  # the example is Existing: Grove is looked for before it is installed
+        # The example is Existing: Grove and KAI are looked for before they are installed.
+        "detect-grove",
+        "detect-kai-scheduler",
         "release-grove",
         "release-kai-scheduler",
         "kai-queue-root",
