@@ -86,9 +86,17 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
     table = components(ctx.stack, inputs.xr.spec.cluster.source)
-    walk = _Walk()
+    # On an Existing cluster, what is found there decides first: what is made for a release
+    # (its namespace) waits for the decision to install it.
+    walk = _Walk(
+        {
+            c.key: decision
+            for c in table
+            if (decision := _adoption(c, inputs, cluster.provider_config, facts, reachable))
+        }
+    )
     for component in table:
-        ctx = walk.compose(component, ctx, inputs, cluster, facts, reachable)
+        walk.compose(component, ctx, inputs, cluster, facts, reachable)
     pending, withheld, adopted = walk.pending, walk.withheld, walk.adopted
 
     probes = gpus.render(inputs, cluster.provider_config, _ready(observed.get(gpus.NAMESPACE_KEY)))
@@ -119,8 +127,10 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
 @dataclass
 class _Walk:
     """What walking the table in order found: why each component not composed waits, which wait
-    for clients, and what stands for each adopted one (by resource key)."""
+    for clients, and what stands for each adopted one (by resource key), given what was decided
+    about each adoptable component (by component key)."""
 
+    decisions: dict[str, adoption.Decision]
     pending: dict[str, str | None] = field(default_factory=dict)
     withheld: list[str] = field(default_factory=list)
     adopted: dict[str, adoption.Decision] = field(default_factory=dict)
@@ -133,22 +143,21 @@ class _Walk:
         cluster: ClusterFacts,
         facts: StackFacts,
         reachable: bool,
-    ) -> Context:
-        """Compose component into facts (or say why not); the context the next ones are built
-        from (what was adopted so far)."""
-        decision = _adoption(component, inputs, cluster.provider_config, facts, reachable)
+    ) -> None:
+        """Compose component into facts, or say why not."""
+        key = component.resource_key
+        decision = self.decisions.get(component.key)
+        if decision is not None and decision.verdict == "adopted":
+            self.adopted[key] = decision
+            return
         if decision is not None and decision.verdict != "install":
-            key = component.resource_key
-            if decision.verdict == "adopted":
-                self.adopted[key] = decision
-                return replace(ctx, adopted=(*ctx.adopted, (component.key, decision.namespace)))
             self.pending[key] = decision.why
-            return ctx
-        seen = inputs.observed.resources.get(component.resource_key)
-        # Inside a release adopted outside Helm, where to look is not known: nothing composed.
-        if seen is not None or dict(ctx.adopted).get(component.inside) != "":
-            self._place(component, seen, ctx, inputs, cluster, facts, reachable)
-        return ctx
+            return
+        seen = inputs.observed.resources.get(key)
+        release = self.decisions.get(component.inside)
+        if seen is None and release is not None and release.verdict != "install":
+            return  # made for a release the function does not install (yet)
+        self._place(component, seen, ctx, inputs, cluster, facts, reachable)
 
     def _place(
         self,

@@ -45,13 +45,6 @@ class Context:
     client_cas: tuple[gateway.ClientCA, ...] | None
     # What the gateway's Service carries for the cloud's load balancer.
     load_balancer_annotations: tuple[tuple[str, str], ...] = ()
-    # Components adopted on this cluster, and the namespace of the release that installed each
-    # ("" outside Helm).
-    adopted: tuple[tuple[str, str], ...] = ()
-
-    def release_namespace(self, component: str) -> str:
-        """Where the component's release runs: the adopted one's, else the function's own."""
-        return dict(self.adopted).get(component, CHARTS[component].namespace)
 
 
 # A builder returns the manifest (or chart values), or None for "not now": a component already
@@ -76,8 +69,9 @@ class Component:
     policies: tuple[str, ...] | None = None
     # What build always returns, when it is not built from the cluster's context.
     fixed: dict | None = None
-    # An object the named component's release installs, observed: composed for an adopted one
-    # only where its release is known (installed by Helm), as it is looked for in its namespace.
+    # Made for the named component's release (its namespace, a watch on what it installs):
+    # composed only once the function is to install that release, never beside or over one it
+    # adopts (an adopted release's namespace taken over would be deleted with the XR).
     inside: str = ""
 
     @functools.cached_property
@@ -178,18 +172,11 @@ GPU_NODE_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 
 
 # The DRA driver's kubelet plugin DaemonSet, as its chart names it (templates/kubeletplugin.yaml).
-def dra_kubelet_plugin(ctx: Context) -> dict:
-    """The DRA driver's kubelet-plugin DaemonSet, named after the chart and in its release's
-    namespace (nvidia-dra-driver-gpu 25.12.0 templates/kubeletplugin.yaml), an adopted one's
-    included."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {
-            "name": "nvidia-dra-driver-gpu-kubelet-plugin",
-            "namespace": ctx.release_namespace("nvidia-dra-driver"),
-        },
-    }
+DRA_KUBELET_PLUGIN = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "nvidia-dra-driver-gpu-kubelet-plugin", "namespace": "nvidia-dra-driver"},
+}
 
 
 # Envoy Gateway v1.8.3 watches the InferencePools named in backendResources and reports ready only
@@ -437,9 +424,14 @@ def table() -> tuple[Component, ...]:
         ),
         # GPUs through DRA, discovered by node-feature-discovery.
         chart("node-feature-discovery", NFD_VALUES),
-        manifest("dra-driver-namespace", namespace("nvidia-dra-driver")),
         manifest(
-            "dra-driver-critical-pods-quota", CRITICAL_PODS_QUOTA, after=("dra-driver-namespace",)
+            "dra-driver-namespace", namespace("nvidia-dra-driver"), inside="nvidia-dra-driver"
+        ),
+        manifest(
+            "dra-driver-critical-pods-quota",
+            CRITICAL_PODS_QUOTA,
+            after=("dra-driver-namespace",),
+            inside="nvidia-dra-driver",
         ),
         chart("nvidia-dra-driver", dra_driver_values, after=("dra-driver-critical-pods-quota",)),
         # Where each GPU pool's probe claims its GPUs with admin access (function/serving/gpus.py).
@@ -452,7 +444,7 @@ def table() -> tuple[Component, ...]:
         # are labelled and tainted by its operator, not by us).
         manifest(
             "dra-kubelet-plugin",
-            dra_kubelet_plugin,
+            DRA_KUBELET_PLUGIN,
             after=("nvidia-dra-driver",),
             inside="nvidia-dra-driver",
             sources=frozenset({EXISTING}),

@@ -288,7 +288,7 @@ def test_none_found_counts_only_when_a_second_reconcile_finds_none_again():
     # Marked, and none found again: installed.
     second = holding(lambda body: None)
     assert NFD_RELEASE in second.resources
-    # Marked, but found at the second look: adopted, and the mark goes.
+    # Marked, but found at the second look: adopted, and marked so instead.
     world = running(nfd_worker("gpu-operator"))
     xr, classes = example("existing")
     resources = reported(first, world)
@@ -297,7 +297,9 @@ def test_none_found_counts_only_when_a_second_reconcile_finds_none_again():
         xr, sim.answered(required(classes), first, world), Observed(resources=resources), SCHEMAS
     )
     assert NFD_RELEASE not in late.resources
-    assert "annotations" not in late.resources[NFD_DETECT].body["metadata"]
+    assert late.resources[NFD_DETECT].body["metadata"]["annotations"] == {
+        adoption.LOOKED: adoption.ADOPTED
+    }
     assert any(r.reason == "ComponentAdopted" for r in late.results)
 
 
@@ -393,13 +395,22 @@ def test_the_gpu_rule_labels_nvidia_gpus_as_the_dra_driver_places_its_plugin_and
 
 
 def installed(component: str, release: str | None, namespace: str = "platform") -> dict:
-    """The object a component's detector looks for, as another release installed it."""
+    """The object a component's detector looks for, as another release installed it: Helm's
+    annotations and no version label (the charts' templates give these objects none); a
+    ClusterRole's rules as KAI's scheduler role has them (kai-scheduler v0.16.8
+    templates/rbac/scheduler.yaml)."""
     d = adoption.DETECTORS[component]
-    return {
+    found = {
         "apiVersion": d.api_version,
         "kind": d.kind,
-        "metadata": helm_meta(d.name, release, namespace, {"app.kubernetes.io/version": "v0.7.0"}),
+        "metadata": helm_meta(d.name, release, namespace, {}),
     }
+    if d.kind == "ClusterRole":
+        found["rules"] = [
+            {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["get"]},
+            {"apiGroups": ["scheduling.run.ai"], "resources": ["queues"], "verbs": ["get"]},
+        ]
+    return found
 
 
 def converged_with(source: str, **detected) -> object:
@@ -428,13 +439,12 @@ def test_a_controller_another_release_installed_is_adopted_by_its_fixed_object(s
     assert f"release-{component}" not in out.resources
     assert adoption.detector_key(component) in out.resources
     (adopted,) = [r for r in out.results if r.reason == "ComponentAdopted"]
-    assert f"Helm release platform/platform-{component} (v0.7.0)" in adopted.message
+    assert f"Helm release platform/platform-{component}" in adopted.message
     backend = condition(out, "BackendReady")
     assert backend.status is True
     # The XR says, per cluster, what it runs on that the function did not install.
     assert backend.message.endswith(
-        f"; adopted, not installed: {component} (Helm release platform/platform-{component} "
-        "(v0.7.0))"
+        f"; adopted, not installed: {component} (Helm release platform/platform-{component})"
     )
 
 
@@ -446,30 +456,38 @@ def test_an_absent_controller_is_installed_and_no_longer_looked_for(source, comp
     assert condition(out, "BackendReady").status is True
 
 
-def test_an_adopted_dra_driver_is_watched_where_its_release_runs_and_gpus_claimed_through_it():
+@pytest.mark.parametrize("release", ["gpu-operator", None])
+def test_an_adopted_dra_driver_gets_nothing_made_for_the_functions_release(release):
+    """Not its namespace (a namespace the adopted release runs in, taken over by an Object, would
+    be deleted with the XR), nor the watch on the kubelet plugin the function's release names
+    (an adopted one's may be named otherwise: nameOverride, a renamed chart)."""
     name = adoption.DETECTORS["nvidia-dra-driver"].name
     out = converged_with(
-        "existing", **{name: installed("nvidia-dra-driver", "gpu-operator", "gpu-platform")}
+        "existing",
+        **{name: installed("nvidia-dra-driver", release, "nvidia-dra-driver")},
     )
-    watch = out.resources["dra-kubelet-plugin"].body["spec"]["forProvider"]["manifest"]
-    # nvidia-dra-driver-gpu 25.12.0 templates/kubeletplugin.yaml: the chart's name, the
-    # release's namespace.
-    assert watch["metadata"] == {
-        "name": "nvidia-dra-driver-gpu-kubelet-plugin",
-        "namespace": "gpu-platform",
+    made_for_release = {
+        "release-nvidia-dra-driver",
+        "dra-driver-namespace",
+        "dra-driver-critical-pods-quota",
+        "dra-kubelet-plugin",
     }
+    assert not made_for_release & out.resources.keys()
     # What comes after the driver stands on the adopted one: the GPU probes' namespace.
     assert gpus.NAMESPACE_KEY in out.resources
     assert condition(out, "BackendReady").status is True
 
 
-def test_a_dra_driver_outside_helm_is_adopted_without_a_watch_on_a_plugin_it_cannot_place():
-    name = adoption.DETECTORS["nvidia-dra-driver"].name
-    out = converged_with("existing", **{name: installed("nvidia-dra-driver", None)})
-    assert "release-nvidia-dra-driver" not in out.resources
-    assert "dra-kubelet-plugin" not in out.resources
-    assert gpus.NAMESPACE_KEY in out.resources
-    assert condition(out, "BackendReady").status is True
+def test_nothing_made_for_the_dra_drivers_release_before_the_cluster_is_looked_at():
+    xr, classes = example("existing")
+    detect = adoption.detector_key("nvidia-dra-driver")
+    out = compose_cluster(xr, required(classes), Observed(), SCHEMAS)
+    while detect not in out.resources:  # the ProviderConfigs first
+        out = compose_cluster(xr, required(classes), sim.reported(out), SCHEMAS)
+    assert "dra-driver-namespace" not in out.resources
+    # Once it answers that none runs, the function's own goes on, its namespace first.
+    out = compose_cluster(xr, required(classes), sim.reported(out), SCHEMAS)
+    assert "dra-driver-namespace" in out.resources
 
 
 def test_an_adopted_kai_scheduler_carries_grove_and_the_functions_queues():
@@ -478,3 +496,34 @@ def test_an_adopted_kai_scheduler_carries_grove_and_the_functions_queues():
     assert "release-kai-scheduler" not in out.resources
     assert {"release-grove", "kai-queue-root", "kai-queue"} <= out.resources.keys()
     assert condition(out, "BackendReady").status is True
+
+
+def test_a_cluster_role_of_kais_name_that_is_not_kais_is_refused_not_adopted():
+    """Another project's ClusterRole kai-scheduler: the function's release would meet Helm's
+    ownership error on it, so the XR says so instead of adopting it."""
+    name = adoption.DETECTORS["kai-scheduler"].name
+    theirs = installed("kai-scheduler", "hw-operator")
+    theirs["rules"] = [{"apiGroups": ["kai.hwcopeland.net"], "resources": ["*"], "verbs": ["*"]}]
+    out = converged_with("existing-dynamo", **{name: theirs})
+    assert "release-kai-scheduler" not in out.resources
+    assert "release-grove" not in out.resources
+    (refused,) = [r for r in out.results if r.reason == "AdoptionRefused"]
+    assert "ClusterRole kai-scheduler of Helm release platform/hw-operator" in refused.message
+    assert "scheduling.run.ai" in refused.message
+    assert condition(out, "BackendReady").status is False
+
+
+def test_once_adopted_a_passing_error_on_any_detector_does_not_make_the_stack_wait_again():
+    name = adoption.DETECTORS["kai-scheduler"].name
+    xr, classes = example("existing-dynamo")
+    world = World(detected={name: installed("kai-scheduler", "kai")})
+    out = sim.converge(xr, required(classes), world, SCHEMAS)
+    key = adoption.detector_key("kai-scheduler")
+    assert out.resources[key].body["metadata"]["annotations"] == {adoption.LOOKED: adoption.ADOPTED}
+    observed = sim.reported(out, world)
+    observed.resources[key].body["status"] = {
+        "conditions": conditions(ready=False, reason="ReconcileError", message="dial tcp: timeout")
+    }
+    again = compose_cluster(xr, sim.answered(required(classes), out, world), observed, SCHEMAS)
+    assert condition(again, "BackendReady").status is True
+    assert again.resources.keys() == out.resources.keys()
