@@ -27,7 +27,7 @@ from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs, ObservedResource
 from function.models import InferenceCluster
 from function.output import Condition, Desired, Requirement, Result
-from function.serving import adoption, gateway, gpus
+from function.serving import adoption, conflicts, gateway, gpus
 from function.serving.components import (
     COMPONENTS,
     EXISTING,
@@ -352,13 +352,12 @@ def _adoption(
     observed = inputs.observed.resources
     key = adoption.detector_key(component.key)
     beside_keys = adoption.beside_keys(component.key)
-    if component.resource_key in observed:
+    if component.resource_key in observed or not reachable:
         # Installed by the function: its own for good. What was composed for the decision stays
         # as it is (only a change of spec removes anything).
-        for kept in (k for k in (key, *beside_keys) if k in observed):
-            facts.resources[kept] = Desired(as_desired(observed[kept].body), ready=True)
-        return None
-    if not reachable:
+        for kept in (key, *beside_keys, *conflicts.keys(component.key)):
+            if kept in observed:
+                facts.resources[kept] = Desired(as_desired(observed[kept].body), ready=True)
         return None
     members = inputs.required.get(adoption.members_key(component.key))
     adopted_before = bool(beside_keys) and all(k in observed for k in beside_keys)
@@ -367,6 +366,20 @@ def _adoption(
         inputs.xr.name, component.key, provider_config, decision
     )
     facts.results += adoption.results(component.key, decision)
+    undecided = decision.verdict != "adopted" and not decision.owner
+    if component.key in conflicts.CONFLICTS and undecided:
+        # Undecided or to be installed: what must not run beside the function's own is looked
+        # for meanwhile, and holds the install.
+        guards, guarded = conflicts.check(
+            inputs.xr.name, component.key, provider_config, observed, inputs.required
+        )
+        facts.resources |= guards
+        if decision.verdict == "install":
+            decision = guarded
+            facts.results += conflicts.results(component.key, decision)
+    for kept in (k for k in conflicts.keys(component.key) if k not in facts.resources):
+        if kept in observed:  # looked for before: kept (only a change of spec removes)
+            facts.resources[kept] = Desired(as_desired(observed[kept].body), ready=True)
     if decision.verdict == "adopted":
         for wired, body in adoption.beside(inputs.xr.name, component.key, provider_config).items():
             seen = observed.get(wired)
@@ -385,14 +398,23 @@ def adoption_requirements(
     observed, and the component not installed by the function yet."""
     if xr.spec.cluster.source != EXISTING:
         return {}
-    return {
-        adoption.members_key(c.key): adoption.requirement(xr.name, c.key)
+    undecided = [
+        c
         for c in components(xr.spec.stack, EXISTING)
-        if c.key in adoption.DETECTORS
-        and adoption.DETECTORS[c.key].labels
-        and adoption.detector_key(c.key) in observed
-        and c.resource_key not in observed
+        if c.key in adoption.DETECTORS and c.resource_key not in observed
+    ]
+    wanted = {
+        adoption.members_key(c.key): adoption.requirement(xr.name, c.key)
+        for c in undecided
+        if adoption.DETECTORS[c.key].labels and adoption.detector_key(c.key) in observed
     }
+    for c in undecided:
+        wanted |= {
+            found: requirement
+            for found, requirement in conflicts.requirements(xr.name, c.key).items()
+            if found.removesuffix("-found") in observed
+        }
+    return wanted
 
 
 def _blocked(

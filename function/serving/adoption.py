@@ -136,15 +136,18 @@ class Decision:
 def detector(xr: str, component: str, provider_config: str, decision: Decision) -> Desired:
     """Ready whatever it finds: it is asked, not waited for. Made once per cluster and answer
     (caches.BODIES), as every reconcile of an Existing cluster composes it."""
-    looked = decision.looked
-    made_of = ("detector", component, looked, provider_config)
-    body = BODIES.item(xr, made_of, lambda: _make_detector(xr, component, provider_config, looked))
+    key = detector_key(component)
+    return looking(xr, key, DETECTORS[component], provider_config, decision.looked)
+
+
+def looking(xr: str, key: str, d: Detector, provider_config: str, looked: str) -> Desired:
+    """The detector d under the resource key, marked with what it found (LOOKED)."""
+    made_of = ("detector", key, looked, provider_config)
+    body = BODIES.item(xr, made_of, lambda: _make_detector(xr, key, d, provider_config, looked))
     return Desired(body, ready=True, shared=True)
 
 
-def _make_detector(xr: str, component: str, provider_config: str, looked: str) -> dict:
-    d = DETECTORS[component]
-    key = detector_key(component)
+def _make_detector(xr: str, key: str, d: Detector, provider_config: str, looked: str) -> dict:
     if d.labels:
         body = collection(xr, key, d, provider_config)
     else:
@@ -230,12 +233,22 @@ def beside(xr: str, component: str, provider_config: str) -> dict[str, dict]:
 
 
 def members_key(component: str) -> str:
-    return f"{detector_key(component)}-found"
+    return found_key(detector_key(component))
+
+
+def found_key(key: str) -> str:
+    """Where Crossplane hands over the members of the collection composed under key."""
+    return f"{key}-found"
 
 
 def requirement(xr: str, component: str) -> Requirement:
     """The Objects the component's collection made, one per object found."""
-    name = names.child_name(xr, detector_key(component))
+    return members_of(xr, detector_key(component))
+
+
+def members_of(xr: str, key: str) -> Requirement:
+    """The Objects the collection composed under key made, one per object found."""
+    name = names.child_name(xr, key)
     return Requirement(
         names.OBJECT_API,
         "Object",
@@ -303,9 +316,14 @@ def _absent(labelled: bool, seen: ObservedResource | None) -> Decision:
     """None found: installed, once a collection found none twice running (LOOKED)."""
     if not labelled:
         return Decision("install")
-    if (seen.get("metadata", "annotations", LOOKED) if seen else None) != NONE_FOUND:
+    if not looked_before(seen):
         return Decision("waiting", "looking again for one already installed", none_found=True)
     return Decision("install", none_found=True)
+
+
+def looked_before(seen: ObservedResource | None) -> bool:
+    """Whether the collection found none at the reconcile before (LOOKED)."""
+    return (seen.get("metadata", "annotations", LOOKED) if seen else None) == NONE_FOUND
 
 
 def _found(seen: ObservedResource | None) -> tuple[dict | None, str | None]:
@@ -330,7 +348,22 @@ def _found_among(
 ) -> tuple[dict | None, str | None]:
     """As _found, for a collection: the first object found that is not the function's own
     (by namespace and name), once the collection has listed and each member been read."""
-    looking = "looking for one already installed"
+    found, why = listed(seen, members, "looking for one already installed")
+    if found is None:
+        return None, why
+    theirs = [m for m in found if not _ours(component, m["metadata"].get("annotations") or {})]
+    if not theirs:
+        return None, None
+    return min(
+        theirs, key=lambda m: (m["metadata"].get("namespace", ""), m["metadata"]["name"])
+    ), None
+
+
+def listed(
+    seen: ObservedResource | None, members: list[dict] | None, looking: str
+) -> tuple[list[dict] | None, str]:
+    """What a collection found, each object as the API server has it, once it has listed and
+    each member been read; else None and why not yet (looking, and the provider's words)."""
     if seen is None or members is None:
         return None, looking
     synced = seen.condition("Synced") or {}
@@ -348,12 +381,7 @@ def _found_among(
         member_synced = observed.condition("Synced") or {}
         if failures.DOES_NOT_EXIST not in str(member_synced.get("message", "")):
             return None, looking  # not read yet (one gone is dropped at the next listing)
-    theirs = [m for m in found if not _ours(component, m["metadata"].get("annotations") or {})]
-    if not theirs:
-        return None, None
-    return min(
-        theirs, key=lambda m: (m["metadata"].get("namespace", ""), m["metadata"]["name"])
-    ), None
+    return found, ""
 
 
 def _ours(component: str, annotations: dict) -> bool:

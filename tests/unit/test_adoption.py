@@ -7,7 +7,7 @@ import pytest
 
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
-from function.serving import adoption, gpus
+from function.serving import adoption, conflicts, gpus
 from function.serving.components import GPU_NODE_LABEL
 from tests import nodes
 from tests.builders import all_classes, example, world_for
@@ -240,7 +240,7 @@ def holding(edit, members: list[dict] | None = None, passes: int = 25):
         resources = reported(out)
         if NFD_DETECT in resources:
             edit(resources[NFD_DETECT].body)
-        given = {**required(classes), NFD_FOUND: members or []}
+        given = {**sim.answered(required(classes), out), NFD_FOUND: members or []}
         out = compose_cluster(xr, given, Observed(resources=resources), SCHEMAS)
     return out
 
@@ -485,9 +485,15 @@ def test_nothing_made_for_the_dra_drivers_release_before_the_cluster_is_looked_a
     while detect not in out.resources:  # the ProviderConfigs first
         out = compose_cluster(xr, required(classes), sim.reported(out), SCHEMAS)
     assert "dra-driver-namespace" not in out.resources
-    # Once it answers that none runs, the function's own goes on, its namespace first.
-    out = compose_cluster(xr, required(classes), sim.reported(out), SCHEMAS)
+    # Once it answers that none runs, and no GPU device plugin is found twice running, the
+    # function's own goes on, its namespace first.
+    for _ in range(4):
+        out = compose_cluster(xr, sim.answered(required(classes), out), sim.reported(out), SCHEMAS)
+        if "dra-driver-namespace" in out.resources:
+            break
+        assert "release-nvidia-dra-driver" not in out.resources
     assert "dra-driver-namespace" in out.resources
+    assert set(conflicts.keys("nvidia-dra-driver")) <= out.resources.keys()
 
 
 def test_an_adopted_kai_scheduler_carries_grove_and_the_functions_queues():
@@ -527,3 +533,75 @@ def test_once_adopted_a_passing_error_on_any_detector_does_not_make_the_stack_wa
     again = compose_cluster(xr, sim.answered(required(classes), out, world), observed, SCHEMAS)
     assert condition(again, "BackendReady").status is True
     assert again.resources.keys() == out.resources.keys()
+
+
+def device_plugin(name: str, labels: dict, scheduled: int, namespace: str = "gpu-operator") -> dict:
+    """A GPU device plugin's DaemonSet (or another of its release's), scheduled on that many
+    nodes."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "status": {"desiredNumberScheduled": scheduled, "numberReady": scheduled},
+    }
+
+
+# gpu-operator assets/state-device-plugin/0500_daemonset.yaml; k8s-device-plugin's chart labels.
+GPU_OPERATOR_PLUGIN = {"app": "nvidia-device-plugin-daemonset"}
+CHART_PLUGIN = {
+    "app.kubernetes.io/name": "nvidia-device-plugin",
+    "app.kubernetes.io/instance": "nvdp",
+}
+
+
+def test_a_gpu_device_plugin_running_holds_the_dra_driver_and_says_how_to_turn_it_off():
+    plugin = device_plugin("nvidia-device-plugin-daemonset", GPU_OPERATOR_PLUGIN, 4)
+    out = converged_with_world("existing", running(plugin))
+    assert "release-nvidia-dra-driver" not in out.resources
+    assert gpus.NAMESPACE_KEY not in out.resources  # what comes after the driver waits
+    (warning,) = [r for r in out.results if r.reason == "ConflictingComponent"]
+    assert "gpu-operator/nvidia-device-plugin-daemonset (4 nodes)" in warning.message
+    assert "nvidia.com/gpu.deploy.device-plugin=false" in warning.message
+    backend = condition(out, "BackendReady")
+    assert backend.status is False and "GPU Operator's device plugin runs beside" in backend.message
+    collection = out.resources["detect-gpu-operator-device-plugin"].body
+    assert collection["spec"]["observeObjects"]["selector"] == {"matchLabels": GPU_OPERATOR_PLUGIN}
+
+
+def test_a_device_plugin_kept_off_every_node_and_its_releases_other_daemon_sets_hold_nothing():
+    world = running(
+        device_plugin("nvidia-device-plugin-daemonset", GPU_OPERATOR_PLUGIN, 0),
+        device_plugin("nvdp-nvidia-device-plugin-gpu-feature-discovery", CHART_PLUGIN, 4, "nvdp"),
+        device_plugin("nvdp-nvidia-device-plugin-mps-control-daemon", CHART_PLUGIN, 4, "nvdp"),
+    )
+    out = converged_with_world("existing", world)
+    assert "release-nvidia-dra-driver" in out.resources
+    assert not [r for r in out.results if r.reason == "ConflictingComponent"]
+    assert condition(out, "BackendReady").status is True
+
+
+def test_the_dra_driver_is_installed_once_the_device_plugin_is_turned_off_and_stays():
+    xr, classes = example("existing")
+    plugin = device_plugin("nvdp-nvidia-device-plugin", CHART_PLUGIN, 2, "nvdp")
+    held = converged_with_world("existing", running(plugin))
+    (warning,) = [r for r in held.results if r.reason == "ConflictingComponent"]
+    assert "nvdp/nvdp-nvidia-device-plugin (2 nodes)" in warning.message
+    off = running(device_plugin("nvdp-nvidia-device-plugin", CHART_PLUGIN, 0, "nvdp"))
+    out = held
+    for _ in range(6):
+        out = compose_cluster(
+            xr, sim.answered(required(classes), out, off), sim.reported(out, off), SCHEMAS
+        )
+    assert "release-nvidia-dra-driver" in out.resources
+    # A device plugin turned on again later removes nothing: the release is the function's.
+    on = running(plugin)
+    again = compose_cluster(
+        xr, sim.answered(required(classes), out, on), sim.reported(out, on), SCHEMAS
+    )
+    assert out.resources.keys() <= again.resources.keys()
+    assert not [r for r in again.results if r.reason == "ConflictingComponent"]
+
+
+def converged_with_world(source: str, world: World) -> object:
+    xr, classes = example(source)
+    return sim.converge(xr, required(classes), world, SCHEMAS)
