@@ -62,6 +62,8 @@ def failure(seen: ObservedResource | None) -> str | None:
 
 
 def _failure(seen: ObservedResource) -> str | None:
+    if absent(seen):
+        return None
     synced = seen.condition("Synced")
     if isinstance(synced, dict) and synced.get("status") == "False":
         return words(synced.get("message")) or synced.get("reason") or "not synced"
@@ -74,10 +76,13 @@ def _failure(seen: ObservedResource) -> str | None:
 def absent(seen: ObservedResource) -> bool:
     """Whether seen only observes an object that does not exist (yet): an answer, not a failure
     (a detector's "not installed", a ConfigMap another controller has still to write)."""
+    return seen.get("spec", "managementPolicies") == ["Observe"] and does_not_exist(seen)
+
+
+def does_not_exist(seen: ObservedResource) -> bool:
+    """Whether the provider reports the object seen stands for as not existing."""
     synced = seen.condition("Synced") or {}
-    return seen.get("spec", "managementPolicies") == ["Observe"] and DOES_NOT_EXIST in str(
-        synced.get("message", "")
-    )
+    return synced.get("status") == "False" and DOES_NOT_EXIST in str(synced.get("message", ""))
 
 
 def warnings(observed: Mapping[str, ObservedResource], keys: Iterable[str]) -> list[Result]:
@@ -86,7 +91,7 @@ def warnings(observed: Mapping[str, ObservedResource], keys: Iterable[str]) -> l
     for key in sorted(keys):
         seen = observed.get(key)
         why = failure(seen)
-        if why is None or absent(seen):
+        if why is None:
             continue
         what = f"{seen.get('kind')} {seen.get('metadata', 'name')}"
         out.append(Result("Warning", f"{key} ({what}): {why}", reason="ProviderError"))

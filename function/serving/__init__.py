@@ -88,15 +88,14 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     table = components(ctx.stack, inputs.xr.spec.cluster.source)
     # On an Existing cluster, what is found there decides first: what is made for a release
     # (its namespace) waits for the decision to install it.
-    walk = _Walk(
-        {
-            c.key: decision
-            for c in table
-            if (decision := _adoption(c, inputs, cluster.provider_config, facts, reachable))
-        }
-    )
+    decisions = {
+        c.key: decision
+        for c in table
+        if (decision := _adoption(c, inputs, cluster.provider_config, facts, reachable))
+    }
+    walk = _Walk(ctx, inputs, cluster, facts, reachable, decisions)
     for component in table:
-        walk.compose(component, ctx, inputs, cluster, facts, reachable)
+        walk.compose(component)
     pending, withheld, adopted = walk.pending, walk.withheld, walk.adopted
 
     probes = gpus.render(inputs, cluster.provider_config, _ready(observed.get(gpus.NAMESPACE_KEY)))
@@ -126,24 +125,21 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
 
 @dataclass
 class _Walk:
-    """What walking the table in order found: why each component not composed waits, which wait
-    for clients, and what stands for each adopted one (by resource key), given what was decided
-    about each adoptable component (by component key)."""
+    """Walking the table in order for one cluster: why each component not composed waits, which
+    wait for clients, and what stands for each adopted one (by resource key), given what was
+    decided about each adoptable component (by component key)."""
 
+    ctx: Context
+    inputs: Inputs
+    cluster: ClusterFacts
+    facts: StackFacts
+    reachable: bool
     decisions: dict[str, adoption.Decision]
     pending: dict[str, str | None] = field(default_factory=dict)
     withheld: list[str] = field(default_factory=list)
     adopted: dict[str, adoption.Decision] = field(default_factory=dict)
 
-    def compose(
-        self,
-        component: Component,
-        ctx: Context,
-        inputs: Inputs,
-        cluster: ClusterFacts,
-        facts: StackFacts,
-        reachable: bool,
-    ) -> None:
+    def compose(self, component: Component) -> None:
         """Compose component into facts, or say why not."""
         key = component.resource_key
         decision = self.decisions.get(component.key)
@@ -153,25 +149,16 @@ class _Walk:
         if decision is not None and decision.verdict != "install":
             self.pending[key] = decision.why
             return
-        seen = inputs.observed.resources.get(key)
+        seen = self.inputs.observed.resources.get(key)
         release = self.decisions.get(component.inside)
         if seen is None and release is not None and release.verdict != "install":
             return  # made for a release the function does not install (yet)
-        self._place(component, seen, ctx, inputs, cluster, facts, reachable)
+        self._place(component, seen)
 
-    def _place(
-        self,
-        component: Component,
-        seen: ObservedResource | None,
-        ctx: Context,
-        inputs: Inputs,
-        cluster: ClusterFacts,
-        facts: StackFacts,
-        reachable: bool,
-    ) -> None:
+    def _place(self, component: Component, seen: ObservedResource | None) -> None:
         """Compose the function's own release or object, once what it comes after is Ready."""
-        key = component.resource_key
-        built = component.build(ctx)
+        key, facts = component.resource_key, self.facts
+        built = component.build(self.ctx)
         if built is None:
             if seen is None:
                 self.withheld.append(key)
@@ -182,11 +169,12 @@ class _Walk:
             self.withheld.append(key)
             return
         if seen is None:  # first composed once reachable and what it comes after is Ready
-            blocked = _blocked(component, inputs.observed.resources, cluster, self.adopted)
-            if not reachable or blocked:
-                self.pending[key] = ", ".join(blocked) if reachable else "ProviderConfigs"
+            observed = self.inputs.observed.resources
+            blocked = _blocked(component, observed, self.cluster, self.adopted)
+            if not self.reachable or blocked:
+                self.pending[key] = ", ".join(blocked) if self.reachable else "ProviderConfigs"
                 return
-        body = _body(component, built, ctx, cluster.provider_config)
+        body = _body(component, built, self.ctx, self.cluster.provider_config)
         facts.resources[key] = Desired(body, ready=seen is not None and seen.ready, shared=True)
 
 
@@ -350,44 +338,50 @@ def _adoption(
     if component.key not in adoption.DETECTORS or inputs.xr.spec.cluster.source != EXISTING:
         return None
     observed = inputs.observed.resources
+    decision = _detect(component, inputs, provider_config, facts, reachable)
+    guards, decision, warnings = conflicts.compose(
+        inputs.xr.name, component.key, provider_config, observed, inputs.required, decision
+    )
+    facts.resources |= guards
+    facts.results += warnings
+    return decision
+
+
+def _detect(
+    component: Component,
+    inputs: Inputs,
+    provider_config: str,
+    facts: StackFacts,
+    reachable: bool,
+) -> adoption.Decision | None:
+    """The detector's decision and what is composed beside an adopted component."""
+    observed = inputs.observed.resources
     key = adoption.detector_key(component.key)
     beside_keys = adoption.beside_keys(component.key)
+    seen = observed.get(key)
     if component.resource_key in observed or not reachable:
         # Installed by the function: its own for good. What was composed for the decision stays
         # as it is (only a change of spec removes anything).
-        for kept in (key, *beside_keys, *conflicts.keys(component.key)):
-            if kept in observed:
-                facts.resources[kept] = Desired(as_desired(observed[kept].body), ready=True)
+        for kept in (k for k in (key, *beside_keys) if k in observed):
+            facts.resources[kept] = Desired(as_desired(observed[kept].body), ready=True)
+        if component.resource_key not in observed and adoption.marked_adopted(seen):
+            return adoption.Decision("adopted", ready=True)  # adopted, until it can look again
         return None
     members = inputs.required.get(adoption.members_key(component.key))
     adopted_before = bool(beside_keys) and all(k in observed for k in beside_keys)
-    decision = adoption.decide(component.key, observed.get(key), members, adopted_before)
+    decision = adoption.decide(component.key, seen, members, adopted_before)
     facts.resources[key] = adoption.detector(
         inputs.xr.name, component.key, provider_config, decision
     )
     facts.results += adoption.results(component.key, decision)
-    undecided = decision.verdict != "adopted" and not decision.owner
-    if component.key in conflicts.CONFLICTS and undecided:
-        # Undecided or to be installed: what must not run beside the function's own is looked
-        # for meanwhile, and holds the install.
-        guards, guarded = conflicts.check(
-            inputs.xr.name, component.key, provider_config, observed, inputs.required
-        )
-        facts.resources |= guards
-        if decision.verdict == "install":
-            decision = guarded
-            facts.results += conflicts.results(component.key, decision)
-    for kept in (k for k in conflicts.keys(component.key) if k not in facts.resources):
-        if kept in observed:  # looked for before: kept (only a change of spec removes)
-            facts.resources[kept] = Desired(as_desired(observed[kept].body), ready=True)
     if decision.verdict == "adopted":
         for wired, body in adoption.beside(inputs.xr.name, component.key, provider_config).items():
-            seen = observed.get(wired)
-            facts.resources[wired] = Desired(body, ready=_ready(seen), shared=True)
+            facts.resources[wired] = Desired(body, ready=_ready(observed.get(wired)), shared=True)
     for wired in (k for k in beside_keys if decision.verdict != "adopted" and k in observed):
         # Composed while it was adopted: kept as it is (only a change of spec removes).
-        seen = observed[wired]
-        facts.resources[wired] = Desired(as_desired(seen.body), ready=seen.ready)
+        facts.resources[wired] = Desired(
+            as_desired(observed[wired].body), ready=observed[wired].ready
+        )
     return decision
 
 
@@ -409,11 +403,7 @@ def adoption_requirements(
         if adoption.DETECTORS[c.key].labels and adoption.detector_key(c.key) in observed
     }
     for c in undecided:
-        wanted |= {
-            found: requirement
-            for found, requirement in conflicts.requirements(xr.name, c.key).items()
-            if found.removesuffix("-found") in observed
-        }
+        wanted |= conflicts.requirements(xr.name, c.key, observed)
     return wanted
 
 

@@ -267,9 +267,7 @@ def decide(
     Adopted before (the detector says so, or what is composed beside the adopted component is
     there): a listing not read yet or a passing provider error does not make the stack wait
     again."""
-    adopted_before = adopted_before or (
-        seen is not None and seen.get("metadata", "annotations", LOOKED) == ADOPTED
-    )
+    adopted_before = adopted_before or marked_adopted(seen)
     labelled = bool(DETECTORS[component].labels)
     if labelled:
         found, why = _found_among(component, seen, members)
@@ -321,6 +319,11 @@ def _absent(labelled: bool, seen: ObservedResource | None) -> Decision:
     return Decision("install", none_found=True)
 
 
+def marked_adopted(seen: ObservedResource | None) -> bool:
+    """Whether the detector found one to adopt at an earlier reconcile (LOOKED)."""
+    return seen is not None and seen.get("metadata", "annotations", LOOKED) == ADOPTED
+
+
 def looked_before(seen: ObservedResource | None) -> bool:
     """Whether the collection found none at the reconcile before (LOOKED)."""
     return (seen.get("metadata", "annotations", LOOKED) if seen else None) == NONE_FOUND
@@ -332,10 +335,10 @@ def _found(seen: ObservedResource | None) -> tuple[dict | None, str | None]:
     looking = "looking for one already installed"
     if seen is None:
         return None, looking
+    if failures.does_not_exist(seen):
+        return None, None
     synced = seen.condition("Synced") or {}
     if synced.get("status") == "False":
-        if failures.DOES_NOT_EXIST in str(synced.get("message", "")):
-            return None, None
         return None, f"{looking}: {failures.words(synced.get('message'))}"
     found = seen.at_provider("manifest")
     if not isinstance(found, dict) or not isinstance(found.get("metadata"), dict):
@@ -378,8 +381,7 @@ def listed(
         if isinstance(manifest, dict) and isinstance(manifest.get("metadata"), dict):
             found.append(manifest)
             continue
-        member_synced = observed.condition("Synced") or {}
-        if failures.DOES_NOT_EXIST not in str(member_synced.get("message", "")):
+        if not failures.does_not_exist(observed):
             return None, looking  # not read yet (one gone is dropped at the next listing)
     return found, ""
 

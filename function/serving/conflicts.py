@@ -14,6 +14,7 @@ image) is not seen (docs/clouds/existing.md).
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from function.clusters.base import as_desired
 from function.inputs import ObservedResource
 from function.output import Desired, Requirement, Result
 from function.serving import adoption
@@ -23,16 +24,22 @@ from function.serving.adoption import Decision, Detector
 @dataclass(frozen=True)
 class Conflict:
     """DaemonSets carrying the detector's labels (but for names ending so: other DaemonSets of
-    the same release), found running: what they are and how to turn them off."""
+    the same release), found scheduled on a node: what they are, why they must not run beside
+    the component, and how to turn them off."""
 
     key: str
     detector: Detector
     what: str
+    harm: str
     fix: str
     other_names: tuple[str, ...] = ()
 
 
+REASON = "ConflictingComponent"
 DAEMON_SET = ("apps/v1", "DaemonSet")
+BESIDE_DRA = (
+    "the DRA driver cannot serve GPUs on the nodes it runs on (both would hand out the same GPUs)"
+)
 CONFLICTS: dict[str, tuple[Conflict, ...]] = {
     "nvidia-dra-driver": (
         # gpu-operator assets/state-device-plugin/0500_daemonset.yaml (v24.3 to v26.7):
@@ -41,6 +48,7 @@ CONFLICTS: dict[str, tuple[Conflict, ...]] = {
             "detect-gpu-operator-device-plugin",
             Detector(*DAEMON_SET, labels=(("app", "nvidia-device-plugin-daemonset"),)),
             "the GPU Operator's device plugin",
+            BESIDE_DRA,
             "set its ClusterPolicy's devicePlugin.enabled to false, or label each GPU node "
             "nvidia.com/gpu.deploy.device-plugin=false",
         ),
@@ -50,6 +58,7 @@ CONFLICTS: dict[str, tuple[Conflict, ...]] = {
             "detect-nvidia-device-plugin",
             Detector(*DAEMON_SET, labels=(("app.kubernetes.io/name", "nvidia-device-plugin"),)),
             "the nvidia-device-plugin chart's device plugin",
+            BESIDE_DRA,
             "uninstall that release, or set its devicePlugin.enabled to false",
             other_names=("-gpu-feature-discovery", "-mps-control-daemon"),
         ),
@@ -57,78 +66,99 @@ CONFLICTS: dict[str, tuple[Conflict, ...]] = {
 }
 
 
-def keys(component: str) -> tuple[str, ...]:
-    return tuple(c.key for c in CONFLICTS.get(component, ()))
-
-
-def requirements(xr: str, component: str) -> dict[str, Requirement]:
-    """The DaemonSets each of the component's conflict collections found."""
+def requirements(
+    xr: str, component: str, observed: Mapping[str, ObservedResource]
+) -> dict[str, Requirement]:
+    """The DaemonSets each of the component's conflict collections found, once composed, while
+    the component is not adopted (its detector says so)."""
+    if adoption.marked_adopted(observed.get(adoption.detector_key(component))):
+        return {}
     return {
         adoption.found_key(c.key): adoption.members_of(xr, c.key)
         for c in CONFLICTS.get(component, ())
+        if c.key in observed
     }
 
 
-def check(
+def compose(
     xr: str,
     component: str,
     provider_config: str,
     observed: Mapping[str, ObservedResource],
     required: Mapping[str, list[dict]],
-) -> tuple[dict[str, Desired], Decision]:
-    """The collections that look for what must not run beside the component, and whether the
-    function may install it: once every collection found none twice running, as for NFD."""
-    resources: dict[str, Desired] = {}
-    refused: list[str] = []
-    waiting: list[str] = []
-    for c in CONFLICTS.get(component, ()):
+    decision: Decision | None,
+) -> tuple[dict[str, Desired], Decision | None, list[Result]]:
+    """The collections that look for what must not run beside the component, the decision they
+    leave (the component's install held while one runs or the answer is not in), and the
+    Warnings. They look only once the component is to be installed (None: the function's release
+    is there, or the cluster cannot be reached), and stay once composed."""
+    resources = {
+        c.key: Desired(as_desired(observed[c.key].body), ready=True)
+        for c in CONFLICTS.get(component, ())
+        if c.key in observed
+    }
+    if decision is None or decision.verdict != "install" or component not in CONFLICTS:
+        return resources, decision, []
+    refused, waiting = [], []
+    for c in CONFLICTS[component]:
         seen = observed.get(c.key)
         found, why = adoption.listed(
             seen, required.get(adoption.found_key(c.key)), f"looking for {c.what}"
         )
-        running = [m for m in found or () if _running(c, m)]
-        none = found is not None and not running
+        counted = [(m, _scheduled(m)) for m in found or () if not _other(c, m)]
+        running = [(m, n) for m, n in counted if isinstance(n, int) and n > 0]
+        uncounted = [_named(m) for m, n in counted if not isinstance(n, int)]
+        none = found is not None and not running and not uncounted
         looked = adoption.NONE_FOUND if none else ""
         resources[c.key] = adoption.looking(xr, c.key, c.detector, provider_config, looked)
         if running:
             refused.append(_refusal(c, running))
         elif found is None:
             waiting.append(why)
+        elif uncounted:
+            waiting.append(f"looking for {c.what}: {'; '.join(uncounted)}")
         elif not adoption.looked_before(seen):
             waiting.append(f"looking again for {c.what}")
     if refused:
-        return resources, Decision("waiting", "; ".join(refused), owner="a GPU device plugin")
+        held = Decision("waiting", "; ".join(refused), owner="a GPU device plugin")
+        return resources, held, [Result("Warning", f"{component}: {held.why}", reason=REASON)]
     if waiting:
-        return resources, Decision("waiting", "; ".join(waiting))
-    return resources, Decision("install")
+        return resources, Decision("waiting", "; ".join(waiting)), []
+    return resources, decision, []
 
 
-def results(component: str, decision: Decision) -> list[Result]:
-    if decision.verdict != "waiting" or not decision.owner:
-        return []
-    return [Result("Warning", f"{component}: {decision.why}", reason="ConflictingComponent")]
+def _other(c: Conflict, daemon_set: dict) -> bool:
+    """Another DaemonSet of the same release (the chart's feature discovery, MPS daemon)."""
+    name = daemon_set["metadata"].get("name")
+    return isinstance(name, str) and name.endswith(c.other_names)
 
 
-def _running(c: Conflict, daemon_set: dict) -> bool:
-    """Scheduled on at least one node: one kept off every node (the GPU Operator's where each
-    node is labelled not to get it) counts 0."""
-    name = daemon_set["metadata"].get("name", "")
-    if any(name.endswith(suffix) for suffix in c.other_names):
-        return False
-    scheduled = (daemon_set.get("status") or {}).get("desiredNumberScheduled")
-    return isinstance(scheduled, int) and scheduled > 0
+def _scheduled(daemon_set: dict) -> int | str:
+    """On how many nodes it is scheduled (0: kept off every node, as the GPU Operator's is where
+    each node is labelled not to get it), or what stands there instead of a count (no status
+    yet, before the DaemonSet controller wrote it, or something else)."""
+    status = daemon_set.get("status")
+    count = status.get("desiredNumberScheduled") if isinstance(status, dict) else None
+    if isinstance(count, int) and not isinstance(count, bool):
+        return count
+    return f"status.desiredNumberScheduled is {count!r}"
 
 
-def _refusal(c: Conflict, running: list[dict]) -> str:
+def _named(daemon_set: dict) -> str:
+    meta = daemon_set["metadata"]
+    return f"DaemonSet {meta.get('namespace') or ''}/{meta.get('name')}: " + str(
+        _scheduled(daemon_set)
+    )
+
+
+def _refusal(c: Conflict, running: list[tuple[dict, int]]) -> str:
     where = ", ".join(
-        f"{m['metadata'].get('namespace', '')}/{m['metadata']['name']} "
-        f"({m['status']['desiredNumberScheduled']} nodes)"
-        for m in sorted(
-            running, key=lambda m: (m["metadata"].get("namespace", ""), m["metadata"]["name"])
+        sorted(
+            f"{m['metadata'].get('namespace') or ''}/{m['metadata'].get('name')} ({n} nodes)"
+            for m, n in running
         )
     )
     return (
-        f"{c.what} runs beside it (DaemonSet {where}), and the DRA driver cannot serve GPUs on the "
-        f"nodes it runs on (both would hand out the same GPUs): {c.fix}; the DRA driver is "
-        "installed once none is scheduled"
+        f"{c.what} runs beside it (DaemonSet {where}), and {c.harm}: {c.fix}; it is installed "
+        "once none is scheduled"
     )

@@ -118,8 +118,40 @@ PREINSTALLED = {
 }
 
 
+# The GPU Operator's device-plugin DaemonSet as gpu-operator assets/state-device-plugin/
+# 0500_daemonset.yaml labels and places it, on a cluster where no node carries
+# nvidia.com/gpu.deploy.device-plugin=true: turned off on every node, it must not hold the DRA
+# driver (function/serving/conflicts.py).
+DEVICE_PLUGIN_OFF = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {
+        "name": "nvidia-device-plugin-daemonset",
+        "namespace": "platform",
+        "labels": {"app": "nvidia-device-plugin-daemonset"},
+    },
+    "spec": {
+        "selector": {"matchLabels": {"app": "nvidia-device-plugin-daemonset"}},
+        "template": {
+            "metadata": {"labels": {"app": "nvidia-device-plugin-daemonset"}},
+            "spec": {
+                "nodeSelector": {"nvidia.com/gpu.deploy.device-plugin": "true"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                "containers": [
+                    {
+                        "name": "nvidia-device-plugin",
+                        "image": "nvcr.io/nvidia/k8s-device-plugin:v0.18.0",
+                    }
+                ],
+            },
+        },
+    },
+}
+
+
 def preinstall(state: Installed) -> None:
-    """helm install of each chart PREINSTALLED names for the example."""
+    """helm install of each chart PREINSTALLED names for the example, and the GPU Operator's
+    device plugin, turned off on every node."""
     for pre in PREINSTALLED[state.example.name]:
         chart = charts_dir() / f"{CHARTS[pre.chart].name}-{CHARTS[pre.chart].version}"
         sets = [arg for value in pre.values for arg in ("--set", value)]
@@ -141,6 +173,7 @@ def preinstall(state: Installed) -> None:
             capture_output=True,
             timeout=120,
         )
+    state.cluster.kube.apply(DEVICE_PLUGIN_OFF)  # in the namespace the releases created
 
 
 def helm_revisions(state: Installed, pre: Preinstalled) -> list[str]:
@@ -557,6 +590,35 @@ def test_what_another_release_installed_is_adopted_not_installed_beside(installs
         ]
         for pre in preinstalled:
             assert any(f"{pre.namespace}/{pre.release}" in m for m in adopted), adopted
+
+
+def test_a_gpu_device_plugin_turned_off_on_every_node_does_not_hold_the_dra_driver(installs):
+    """The real provider-kubernetes lists the GPU Operator's device-plugin DaemonSet (labelled as
+    its assets label it) and hands over its status: scheduled on no node, it holds nothing."""
+    for name in PREINSTALLED:
+        state = installs[name]
+        if state.failure is not None:
+            raise state.failure
+        composed = by_key(state)
+        assert "release-nvidia-dra-driver" in composed
+        collection = composed["detect-gpu-operator-device-plugin"]
+        members = [
+            o
+            for o in state.kube.list(f"{KUBERNETES}/v1alpha1", "Object", "modelplane-system")
+            if o["metadata"].get("labels", {}).get("kubernetes.crossplane.io/owned-by-collection")
+            == collection["metadata"]["name"]
+        ]
+        (member,) = members
+        found = member["status"]["atProvider"]["manifest"]
+        assert found["metadata"]["name"] == DEVICE_PLUGIN_OFF["metadata"]["name"]
+        assert found["status"]["desiredNumberScheduled"] == 0, found["status"]
+        conflicting = [
+            e
+            for e in state.kube.list("v1", "Event", "default")
+            if e.get("involvedObject", {}).get("name") == state.name
+            and e.get("reason") == "ConflictingComponent"
+        ]
+        assert not conflicting, conflicting
 
 
 def test_every_deployment_and_daemonset_is_up(installed: Installed):

@@ -5,6 +5,7 @@ import copy
 
 import pytest
 
+from function.clusters.base import PROVIDER_CONFIG_KEYS
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.serving import adoption, conflicts, gpus
@@ -493,7 +494,7 @@ def test_nothing_made_for_the_dra_drivers_release_before_the_cluster_is_looked_a
             break
         assert "release-nvidia-dra-driver" not in out.resources
     assert "dra-driver-namespace" in out.resources
-    assert set(conflicts.keys("nvidia-dra-driver")) <= out.resources.keys()
+    assert {c.key for c in conflicts.CONFLICTS["nvidia-dra-driver"]} <= out.resources.keys()
 
 
 def test_an_adopted_kai_scheduler_carries_grove_and_the_functions_queues():
@@ -605,3 +606,49 @@ def test_the_dra_driver_is_installed_once_the_device_plugin_is_turned_off_and_st
 def converged_with_world(source: str, world: World) -> object:
     xr, classes = example(source)
     return sim.converge(xr, required(classes), world, SCHEMAS)
+
+
+@pytest.mark.parametrize(
+    "status",
+    [None, "weird", {"desiredNumberScheduled": True}, {"desiredNumberScheduled": "4"}],
+)
+def test_a_device_plugin_not_counted_yet_holds_the_driver_and_says_what_stands_there(status):
+    """No status yet (the DaemonSet controller has not written it) or something other than a
+    count: not known to be off, so the install waits, saying what it read; never a crash."""
+    plugin = device_plugin("nvidia-device-plugin-daemonset", GPU_OPERATOR_PLUGIN, 0)
+    plugin["status"] = status
+    out = converged_with_world("existing", running(plugin))
+    assert "release-nvidia-dra-driver" not in out.resources
+    backend = condition(out, "BackendReady").message
+    assert (
+        "DaemonSet gpu-operator/nvidia-device-plugin-daemonset: status.desiredNumberScheduled is"
+        in backend
+    )
+
+
+def test_an_adopted_dra_driver_is_not_guarded_against_device_plugins():
+    """The device plugin is the adopted driver's operator's business: nothing is listed."""
+    name = adoption.DETECTORS["nvidia-dra-driver"].name
+    plugin = device_plugin("nvidia-device-plugin-daemonset", GPU_OPERATOR_PLUGIN, 4)
+    xr, classes = example("existing")
+    world = World(detected={name: installed("nvidia-dra-driver", "gpu-operator")}, running=[plugin])
+    out = sim.converge(xr, required(classes), world, SCHEMAS)
+    guards = {c.key for c in conflicts.CONFLICTS["nvidia-dra-driver"]}
+    assert not guards & out.resources.keys()
+    assert not [k for k in out.requirements if k.removesuffix("-found") in guards]
+    assert not [r for r in out.results if r.reason == "ConflictingComponent"]
+
+
+def test_an_adopted_driver_stays_adopted_while_the_cluster_cannot_be_reached():
+    name = adoption.DETECTORS["nvidia-dra-driver"].name
+    xr, classes = example("existing")
+    world = World(detected={name: installed("nvidia-dra-driver", "gpu-operator")})
+    out = sim.converge(xr, required(classes), world, SCHEMAS)
+    observed = sim.reported(out, world)
+    for key in PROVIDER_CONFIG_KEYS:
+        del observed.resources[key]
+    lost = compose_cluster(xr, sim.answered(required(classes), out, world), observed, SCHEMAS)
+    assert "release-nvidia-dra-driver" not in lost.resources
+    assert "dra-driver-namespace" not in lost.resources
+    assert "release-nvidia-dra-driver" not in condition(lost, "BackendReady").message
+    assert (out.resources.keys() - set(PROVIDER_CONFIG_KEYS)) <= lost.resources.keys()

@@ -120,9 +120,14 @@ def test_an_observed_object_that_does_not_exist_yet_is_an_answer_not_a_warning()
     gone = "cannot observe external resource: external resource does not exist"
     failing(observed, "gateway-ca-configmap", gone)
     failing(observed, "gateway-ca-issuer", gone)
-    warned = [r.message for r in compose_cluster(xr, required, observed).results]
+    out = compose_cluster(xr, required, observed)
+    warned = [r.message for r in out.results]
     assert any(m.startswith("gateway-ca-issuer (") for m in warned)
     assert not any(m.startswith("gateway-ca-configmap (") for m in warned)
+    # Nor does BackendReady call it failing: it is waited for.
+    backend = condition(out, "BackendReady").message
+    assert "gateway-ca-issuer (cannot observe" in backend
+    assert "gateway-ca-configmap (cannot observe" not in backend
     assert observed.resources["gateway-ca-configmap"].get("spec", "managementPolicies") == [
         "Observe"
     ]
