@@ -139,8 +139,9 @@ def _scheduled(daemon_set: dict) -> int | str:
     yet, before the DaemonSet controller wrote it, or something else)."""
     status = daemon_set.get("status")
     count = status.get("desiredNumberScheduled") if isinstance(status, dict) else None
-    if isinstance(count, int) and not isinstance(count, bool):
-        return count
+    # Required resources come over the wire as protobuf Structs, whose numbers are all doubles.
+    if isinstance(count, int | float) and not isinstance(count, bool) and float(count).is_integer():
+        return int(count)
     return f"status.desiredNumberScheduled is {count!r}"
 
 

@@ -15,6 +15,8 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from crossplane.function import resource
+
 from function.serving import adoption
 from function.versions import CHARTS
 from tests.sim import workload
@@ -407,12 +409,18 @@ def answer(requirements: dict, composed: list[dict], world: World) -> dict[str, 
         ):
             continue
         out[key] = [
-            m
+            over_the_wire(m)
             for m in pool
             if all(m["metadata"]["labels"].get(k) == v for k, v in want.labels.items())
             and (want.namespace is None or m["metadata"]["namespace"] == want.namespace)
         ]
     return out
+
+
+def over_the_wire(body: dict) -> dict:
+    """body as the function reads it from Crossplane's request: a protobuf Struct, whose numbers
+    are all doubles (a DaemonSet's desiredNumberScheduled of 4 arrives as 4.0)."""
+    return resource.struct_to_dict(resource.dict_to_struct(body))
 
 
 def _kind(body: dict) -> tuple[str, str]:
