@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from function import names
+from function.serving import adoption
 from function.serving.components import COMPONENTS
 from tests import charts, nodes
 from tests.conftest import crds_dir
@@ -309,3 +310,34 @@ def test_the_nebius_csi_stand_in_installs_what_the_function_relies_on():
     pod = by_kind["DaemonSet"]["spec"]["template"]["spec"]
     assert pod["tolerations"] == spec["values"]["tolerations"]
     assert pod["volumes"][0]["hostPath"]["path"] == spec["values"]["dataDir"]
+
+
+def own_release(component: str) -> dict:
+    """The function's own Release of a component (mp-<key>), from any converged example."""
+    return next(
+        r
+        for releases in RELEASES.values()
+        for r in releases
+        if charts.release_name(r) == f"mp-{component}"
+    )
+
+
+@pytest.mark.parametrize("component", sorted(adoption.DETECTORS))
+def test_each_detector_finds_what_the_pinned_chart_installs(component):
+    """A detector looks for what the real chart installs: the object of its name, or objects of
+    its kind carrying its labels; and the function's own release gives what the detector needs
+    of it (CRD fields, a role's rules, a flag), so the same install by someone else is adopted."""
+    d = adoption.DETECTORS[component]
+    found = [
+        m
+        for m in charts.template(own_release(component))
+        if (m.get("apiVersion"), m.get("kind")) == (d.api_version, d.kind)
+        and (
+            m["metadata"]["name"] == d.name
+            if d.name
+            else dict(d.labels).items() <= (m["metadata"].get("labels") or {}).items()
+        )
+    ]
+    assert found, f"{component}: the chart installs no {d.kind} the detector finds"
+    for manifest in found:
+        assert adoption._refused(component, manifest, "the function's own release") is None

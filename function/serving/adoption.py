@@ -6,8 +6,9 @@ for what says it is present:
 - cert-manager: its Certificate CRD, by name, through an Observe-only Object; LeaderWorkerSet,
   Grove, the KAI Scheduler and the NVIDIA DRA driver: a cluster-scoped object their charts name
   the same whatever the release, likewise;
-- node-feature-discovery: every DaemonSet labelled as its worker, in any namespace and under any
-  release name, through an ObservedObjectCollection; provider-kubernetes makes one Observe-only
+- node-feature-discovery and trust-manager: every DaemonSet labelled as NFD's worker, every
+  Deployment labelled as trust-manager, in any namespace and under any release name, through an
+  ObservedObjectCollection; provider-kubernetes makes one Observe-only
   Object per match, labelled with the collection's name (v1.3.1 internal/controller/namespaced/
   observedobjectcollection), and Crossplane hands those over as a required resource. Its CRDs
   cannot say it runs: Helm installs them from crds/, unlabelled, and never removes them.
@@ -52,6 +53,17 @@ MEMBER_LABEL = "kubernetes.crossplane.io/owned-by-collection"
 
 
 @dataclass(frozen=True)
+class Flag:
+    """A command-line flag, `--name=value` or `--name value`, and the value the stack needs;
+    default is what the binary takes without it, why what breaks with another."""
+
+    name: str
+    wanted: str
+    default: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Detector:
     """What says the component runs: one object by name, or (labels) every object of the kind
     carrying them; and what the stack needs of it: paths into the served version's schema that
@@ -65,6 +77,8 @@ class Detector:
     # For a name others could use: an API group the object's rules must name to be the
     # component's.
     grants: str = ""
+    # What the found workload's containers must run with for the stack to work beside it.
+    flags: tuple[Flag, ...] = ()
 
 
 # cert-manager: the stack's Certificates and trust-manager's set privateKey.rotationPolicy and
@@ -98,6 +112,26 @@ DETECTORS: dict[str, Detector] = {
     # name when GPUs are enabled (templates/deviceclass-gpu.yaml): the class the GPU probes and
     # the models' claims name, and where a second release would collide.
     "nvidia-dra-driver": Detector("resource.k8s.io/v1", "DeviceClass", "gpu.nvidia.com"),
+    # trust-manager v0.24.0 names its ClusterRole and ValidatingWebhookConfiguration after the
+    # chart (templates/clusterrole.yaml, webhook.yaml: "trust-manager" unless nameOverride), where
+    # a second release meets "invalid ownership metadata"; two would both reconcile every Bundle.
+    # Its Deployment carries app.kubernetes.io/name whatever the release, and the namespace it reads
+    # Bundle sources from in its args (templates/deployment.yaml; the binary's default is
+    # cert-manager): the gateway's CA Secret is in the function's namespace.
+    "trust-manager": Detector(
+        "apps/v1",
+        "Deployment",
+        labels=(("app.kubernetes.io/name", "trust-manager"),),
+        flags=(
+            Flag(
+                "--trust-namespace",
+                names.SYSTEM_NAMESPACE,
+                "cert-manager",
+                "it reads a Bundle's sources only there, and the gateway's CA is in "
+                f"{names.SYSTEM_NAMESPACE}",
+            ),
+        ),
+    ),
     # node-feature-discovery 0.18.3 templates/worker.yaml: the worker DaemonSet carries
     # app.kubernetes.io/name (the chart's name, also as the GPU and network operators' subchart)
     # and role=worker, whatever the release is called.
@@ -286,9 +320,7 @@ def decide(
     refused = _refused(component, found, owner)
     if refused:
         return Decision("waiting", refused, owner=owner)
-    # A CRD serves once Established; a webhook configuration as soon as it is there.
-    ready = _established(found) if found.get("kind") == CRD[1] else True
-    return Decision("adopted", ready=ready, owner=owner)
+    return Decision("adopted", ready=_serving(found), owner=owner)
 
 
 def _refused(component: str, found: dict, owner: str) -> str | None:
@@ -300,6 +332,15 @@ def _refused(component: str, found: dict, owner: str) -> str | None:
             f"{d.grants} resources), and the function's release would collide with it: rename "
             "or remove it"
         )
+    for flag in d.flags:
+        value = _flag(found, flag.name)
+        if value is None:
+            value = flag.default
+        if value != flag.wanted:
+            return (
+                f"{owner} runs with {flag.name}={value}, and {flag.why}: run it with "
+                f"{flag.name}={flag.wanted}, or uninstall it and the function installs its own"
+            )
     missing = _missing(found, d.needs)
     if missing:
         return (
@@ -437,9 +478,29 @@ def _grants(role: dict, group: str) -> bool:
     return any(isinstance(r, dict) and group in (r.get("apiGroups") or []) for r in rules)
 
 
-def _established(crd: dict) -> bool:
-    conditions = (crd.get("status") or {}).get("conditions") or []
+def _flag(workload: dict, name: str) -> str | None:
+    """The value a Deployment's or DaemonSet's containers run the flag with, if any."""
+    template = ((workload.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for container in template.get("containers") or []:
+        if not isinstance(container, dict):
+            continue
+        line = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+        for i, arg in enumerate(line):
+            if arg.startswith(f"{name}="):
+                return arg.split("=", 1)[1]
+            if arg == name and i + 1 < len(line):
+                return line[i + 1]
+    return None
+
+
+def _serving(found: dict) -> bool:
+    """Whether what was found serves yet: a CRD once Established, a Deployment once Available,
+    anything else (a webhook configuration, a DaemonSet) as soon as it is there."""
+    wanted = {CRD[1]: "Established", "Deployment": "Available"}.get(found.get("kind"))
+    if wanted is None:
+        return True
+    conditions = (found.get("status") or {}).get("conditions") or []
     return any(
-        isinstance(c, dict) and c.get("type") == "Established" and c.get("status") == "True"
+        isinstance(c, dict) and c.get("type") == wanted and c.get("status") == "True"
         for c in conditions
     )

@@ -17,7 +17,8 @@ DaemonSet's pod Ready on the node), so an install that fails shows:
   so the plugin's prepare step and nvidia-smi stay unproved here);
 - cert-manager (its controller Available): a Certificate's Secret (a key and certificate for its
   names, signed by the workload cluster's test CA) and its Ready condition;
-- trust-manager (Available): a Bundle's target ConfigMaps and its Synced condition;
+- trust-manager (Available): a Bundle's target ConfigMaps (from the Secrets in its trust
+  namespace) and its Synced condition;
 - Envoy Gateway (Available): a Gateway's address and Accepted/Programmed conditions, and the
   Accepted ancestor status of a ClientTrafficPolicy;
 - NVIDIA's network operator (Available): a NicClusterPolicy's `state: ready`.
@@ -146,12 +147,17 @@ class StandIns:
 
     def available(self, controller: str) -> bool:
         """Whether the chart's Deployment of this controller is Available in the workload cluster."""
+        return bool(self.deployments(controller))
+
+    def deployments(self, controller: str) -> list[dict]:
+        """The chart's Available Deployments of this controller in the workload cluster."""
         name = CONTROLLERS[controller]
-        return any(
-            condition(d, "Available").get("status") == "True"
+        return [
+            d
             for d in self.kube.list("apps/v1", "Deployment")
             if (d["metadata"].get("labels") or {}).get("app.kubernetes.io/name") == name
-        )
+            and condition(d, "Available").get("status") == "True"
+        ]
 
     def pods_ready_on(self, daemonset_suffix: str) -> set[str]:
         """The nodes where a pod of the DaemonSet (by its name's end) is Ready."""
@@ -330,8 +336,19 @@ class StandIns:
             self.done.add(f"cert-manager/{meta['name']}")
 
     def trust_manager(self) -> None:
-        if not self.available("trust-manager"):
+        """Each Bundle, from the Secrets in the namespace trust-manager reads sources in (its
+        Deployment's --trust-namespace; the binary's default is cert-manager)."""
+        running = self.deployments("trust-manager")
+        if not running:
             return
+        args = [
+            a
+            for c in running[0]["spec"]["template"]["spec"]["containers"]
+            for a in c.get("args") or []
+        ]
+        trust = next(
+            (a.split("=", 1)[1] for a in args if a.startswith("--trust-namespace=")), "cert-manager"
+        )
         for bundle in self.list_or_empty("trust.cert-manager.io/v1alpha1", "Bundle"):
             if condition(bundle, "Synced").get("status") == "True":
                 continue
@@ -339,10 +356,10 @@ class StandIns:
             pem = ""
             for source in spec.get("sources") or []:
                 ref = source.get("secret")
-                if ref:  # trust-manager reads sources in its own namespace (cert-manager here)
+                if ref:
                     secrets = [
                         s
-                        for s in self.kube.list("v1", "Secret")
+                        for s in self.kube.list("v1", "Secret", trust)
                         if s["metadata"]["name"] == ref["name"] and ref["key"] in s.get("data", {})
                     ]
                     if not secrets:

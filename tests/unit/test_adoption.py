@@ -2,6 +2,7 @@
 beside; an absent one is installed; what the function installed stays its own."""
 
 import copy
+import json
 
 import pytest
 
@@ -10,8 +11,10 @@ from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.serving import adoption, conflicts, gpus
 from function.serving.components import GPU_NODE_LABEL
+from function.versions import CHARTS
 from tests import nodes
 from tests.builders import all_classes, example, world_for
+from tests.charts import _template, chart_path, helm_bin
 from tests.sim.providers import World, conditions, observe
 from tests.sim.workload import inference_gateway
 from tests.unit import sim
@@ -534,6 +537,85 @@ def test_once_adopted_a_passing_error_on_any_detector_does_not_make_the_stack_wa
     again = compose_cluster(xr, sim.answered(required(classes), out, world), observed, SCHEMAS)
     assert condition(again, "BackendReady").status is True
     assert again.resources.keys() == out.resources.keys()
+
+
+# --- trust-manager: found by its Deployment's labels, adopted where it reads the gateway's CA -----
+
+TRUST = "trust-manager"
+
+
+def trust_manager(values: dict, available: bool = True, release: str = "platform-trust") -> dict:
+    """The Deployment the real trust-manager chart (v0.24.0, rendered by the real Helm) installs
+    for another release with these values, as the API server reports it."""
+    chart = chart_path(CHARTS[TRUST].name, CHARTS[TRUST].version)
+    assert chart is not None
+    rendered = _template(chart, release, "platform", json.dumps(values), helm_bin())
+    (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
+    deployment = copy.deepcopy(deployment)
+    meta = deployment["metadata"]
+    # Helm annotates what it installs with its release (helm template leaves that out).
+    meta["annotations"] = {
+        "meta.helm.sh/release-name": release,
+        "meta.helm.sh/release-namespace": "platform",
+    }
+    status = "True" if available else "False"
+    deployment["status"] = {"conditions": [{"type": "Available", "status": status}]}
+    return deployment
+
+
+def test_a_trust_manager_reading_the_functions_namespace_is_adopted_and_the_gateway_ca_goes_on():
+    found = trust_manager({"app": {"trust": {"namespace": "modelplane-system"}}})
+    out = converged_with_world("existing", running(found))
+    assert "release-trust-manager" not in out.resources
+    assert {"gateway-ca-bundle", "gateway-ca-configmap"} <= out.resources.keys()
+    (adopted,) = [r for r in out.results if r.reason == "ComponentAdopted"]
+    assert "trust-manager: adopted Helm release platform/platform-trust (v0.24.0)" in (
+        adopted.message
+    )
+    backend = condition(out, "BackendReady")
+    assert backend.status is True
+    assert "trust-manager (Helm release platform/platform-trust (v0.24.0))" in backend.message
+
+
+def test_a_trust_manager_reading_another_namespace_is_refused_and_says_what_to_change():
+    """The chart's default trust namespace is cert-manager: it would never find the gateway's
+    CA, and the function's release would meet its ClusterRole trust-manager."""
+    out = converged_with_world("existing", running(trust_manager({})))
+    assert "release-trust-manager" not in out.resources
+    assert "gateway-ca-bundle" not in out.resources
+    (refused,) = [r for r in out.results if r.reason == "AdoptionRefused"]
+    assert refused.severity == "Warning"
+    assert refused.message == (
+        "trust-manager: Helm release platform/platform-trust (v0.24.0) runs with "
+        "--trust-namespace=cert-manager, and it reads a Bundle's sources only there, and the "
+        "gateway's CA is in modelplane-system: run it with --trust-namespace=modelplane-system, "
+        "or uninstall it and the function installs its own"
+    )
+    backend = condition(out, "BackendReady")
+    assert backend.status is False
+    assert "--trust-namespace=cert-manager" in backend.message
+
+
+def test_a_trust_manager_not_available_yet_is_waited_for():
+    found = trust_manager({"app": {"trust": {"namespace": "modelplane-system"}}}, available=False)
+    out = converged_with_world("existing", running(found))
+    assert "release-trust-manager" not in out.resources
+    assert "gateway-ca-bundle" not in out.resources
+    assert "trust-manager" in condition(out, "BackendReady").message
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        (["--trust-namespace=modelplane-system"], "modelplane-system"),
+        (["--log-level=1", "--trust-namespace", "modelplane-system"], "modelplane-system"),
+        (["--trust-namespace"], None),
+        ([], None),
+    ],
+)
+def test_a_flag_is_read_in_either_form(line, value):
+    workload = {"spec": {"template": {"spec": {"containers": [{"name": "c", "args": line}]}}}}
+    assert adoption._flag(workload, "--trust-namespace") == value
 
 
 def device_plugin(name: str, labels: dict, scheduled: int, namespace: str = "gpu-operator") -> dict:
