@@ -340,4 +340,4 @@ def test_each_detector_finds_what_the_pinned_chart_installs(component):
     ]
     assert found, f"{component}: the chart installs no {d.kind} the detector finds"
     for manifest in found:
-        assert adoption._refused(component, manifest, "the function's own release") is None
+        assert adoption._refused(component, manifest, "the function's own release", []) is None

@@ -27,11 +27,12 @@ from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs, ObservedResource
 from function.models import InferenceCluster
 from function.output import Condition, Desired, Requirement, Result
-from function.serving import adoption, conflicts, gateway, gpus
+from function.serving import adoption, conflicts, gateway, gpus, looking
 from function.serving.components import (
     COMPONENTS,
     EXISTING,
     GPU_NODE_LABEL,
+    NO_DELETE,
     RESOURCE_KEYS,
     Component,
     Context,
@@ -83,16 +84,14 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         nvidia_driver_root=cluster.nvidia_driver_root,
         client_cas=cas,
         load_balancer_annotations=load_balancer_annotations(inputs, cluster),
+        source=inputs.xr.spec.cluster.source,
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
     table = components(ctx.stack, inputs.xr.spec.cluster.source)
     # On an Existing cluster, what is found there decides first: what is made for a release
     # (its namespace) waits for the decision to install it.
-    decisions = {
-        c.key: decision
-        for c in table
-        if (decision := _adoption(c, inputs, cluster.provider_config, facts, reachable))
-    }
+    adopting = _Adopting(inputs, cluster.provider_config, facts, reachable)
+    decisions = {c.key: decision for c in table if (decision := adopting.decide(c))}
     walk = _Walk(ctx, inputs, cluster, facts, reachable, decisions)
     for component in table:
         walk.compose(component)
@@ -299,7 +298,7 @@ def _body(component: Component, built: dict, ctx: Context, provider_config: str)
     made_of = None if built is component.fixed else marshal.dumps(built)
     return BODIES.item(
         ctx.xr,
-        (component.key, provider_config, made_of),
+        (component.key, provider_config, ctx.source, made_of),
         lambda: _make_body(component, built, ctx, provider_config),
     )
 
@@ -314,75 +313,78 @@ def _make_body(component: Component, built: dict, ctx: Context, provider_config:
             built,
             wait=component.wait,
         )
+    policies = NO_DELETE if ctx.source in component.left_on else component.policies
     return kube.manifest_object(
         ctx.xr,
         component.key,
         built,
         provider_config,
-        policies=list(component.policies) if component.policies else None,
+        policies=list(policies) if policies else None,
         ready_when=component.ready_when,
         watch=component.key.startswith("gateway"),
     )
 
 
-def _adoption(
-    component: Component,
-    inputs: Inputs,
-    provider_config: str,
-    facts: StackFacts,
-    reachable: bool,
-) -> adoption.Decision | None:
-    """On a cluster someone else runs (a provisioned one starts empty), look for an adoptable
-    component before first installing it, and say what was found; None when there is nothing to
-    decide. A detector once observed is kept, whatever happens to the component."""
-    if component.key not in adoption.DETECTORS or inputs.xr.spec.cluster.source != EXISTING:
-        return None
-    observed = inputs.observed.resources
-    decision = _detect(component, inputs, provider_config, facts, reachable)
-    guards, decision, warnings = conflicts.compose(
-        inputs.xr.name, component.key, provider_config, observed, inputs.required, decision
-    )
-    facts.resources |= guards
-    facts.results += warnings
-    return decision
+@dataclass
+class _Adopting:
+    """On a cluster someone else runs (a provisioned one starts empty), what is found there
+    decides, before an adoptable component is first installed; what was composed to look stays."""
 
+    inputs: Inputs
+    provider_config: str
+    facts: StackFacts
+    reachable: bool
 
-def _detect(
-    component: Component,
-    inputs: Inputs,
-    provider_config: str,
-    facts: StackFacts,
-    reachable: bool,
-) -> adoption.Decision | None:
-    """The detector's decision and what is composed beside an adopted component."""
-    observed = inputs.observed.resources
-    key = adoption.detector_key(component.key)
-    beside_keys = adoption.beside_keys(component.key)
-    seen = observed.get(key)
-    if component.resource_key in observed or not reachable:
-        # Installed by the function: its own for good. What was composed for the decision stays
-        # as it is (only a change of spec removes anything).
-        for kept in (k for k in (key, *beside_keys) if k in observed):
-            facts.resources[kept] = Desired(as_desired(observed[kept].body), ready=True)
-        if component.resource_key not in observed and adoption.marked_adopted(seen):
-            return adoption.Decision("adopted", ready=True)  # adopted, until it can look again
-        return None
-    members = inputs.required.get(adoption.members_key(component.key))
-    adopted_before = bool(beside_keys) and all(k in observed for k in beside_keys)
-    decision = adoption.decide(component.key, seen, members, adopted_before)
-    facts.resources[key] = adoption.detector(
-        inputs.xr.name, component.key, provider_config, decision
-    )
-    facts.results += adoption.results(component.key, decision)
-    if decision.verdict == "adopted":
-        for wired, body in adoption.beside(inputs.xr.name, component.key, provider_config).items():
-            facts.resources[wired] = Desired(body, ready=_ready(observed.get(wired)), shared=True)
-    for wired in (k for k in beside_keys if decision.verdict != "adopted" and k in observed):
-        # Composed while it was adopted: kept as it is (only a change of spec removes).
-        facts.resources[wired] = Desired(
-            as_desired(observed[wired].body), ready=observed[wired].ready
+    def decide(self, component: Component) -> adoption.Decision | None:
+        """Look for the component, and say what was found; None when there is nothing to
+        decide. A detector once observed is kept, whatever happens to the component."""
+        if component.key not in adoption.DETECTORS:
+            return None
+        if self.inputs.xr.spec.cluster.source != EXISTING:
+            return None
+        observed = self.inputs.observed.resources
+        guards, decision, warnings = conflicts.compose(
+            self.inputs.xr.name,
+            component.key,
+            self.provider_config,
+            observed,
+            self.inputs.required,
+            self._detect(component),
         )
-    return decision
+        self.facts.resources |= guards
+        self.facts.results += warnings
+        return decision
+
+    def _detect(self, component: Component) -> adoption.Decision | None:
+        """The detector's decision and what is composed beside an adopted component."""
+        observed, facts = self.inputs.observed.resources, self.facts
+        key = adoption.detector_key(component.key)
+        beside_keys = adoption.beside_keys(component.key)
+        seen = observed.get(key)
+        if component.resource_key in observed or not self.reachable:
+            # Installed by the function: its own for good. What was composed for the decision
+            # stays as it is (only a change of spec removes anything).
+            facts.resources |= looking.kept((key, *beside_keys), observed)
+            if component.resource_key not in observed and looking.marked_adopted(seen):
+                return adoption.Decision("adopted", ready=True)  # until it can look again
+            return None
+        members = self.inputs.required.get(adoption.members_key(component.key))
+        adopted_before = bool(beside_keys) and all(k in observed for k in beside_keys)
+        decision = adoption.decide(component.key, seen, members, adopted_before)
+        xr = self.inputs.xr.name
+        facts.resources[key] = adoption.detector(xr, component.key, self.provider_config, decision)
+        facts.results += adoption.results(component.key, decision)
+        if decision.verdict == "adopted":
+            for wired, body in adoption.beside(xr, component.key, self.provider_config).items():
+                facts.resources[wired] = Desired(
+                    body, ready=_ready(observed.get(wired)), shared=True
+                )
+        for wired in (k for k in beside_keys if decision.verdict != "adopted" and k in observed):
+            # Composed while it was adopted: kept as it is (only a change of spec removes).
+            facts.resources[wired] = Desired(
+                as_desired(observed[wired].body), ready=observed[wired].ready
+            )
+        return decision
 
 
 def adoption_requirements(

@@ -8,10 +8,8 @@ for what says it is present:
   the same whatever the release, likewise;
 - node-feature-discovery and trust-manager: every DaemonSet labelled as NFD's worker, every
   Deployment labelled as trust-manager, in any namespace and under any release name, through an
-  ObservedObjectCollection; provider-kubernetes makes one Observe-only
-  Object per match, labelled with the collection's name (v1.3.1 internal/controller/namespaced/
-  observedobjectcollection), and Crossplane hands those over as a required resource. Its CRDs
-  cannot say it runs: Helm installs them from crds/, unlabelled, and never removes them.
+  ObservedObjectCollection (looking.py). NFD's CRDs cannot say it runs: Helm installs them from
+  crds/, unlabelled, and never removes them.
 Present and not ours (its Helm release is not mp-<key>, or it came from no release at all): the
 function composes nothing that touches it, and what comes after it waits for that object instead
 of the release, so Helm never meets "invalid ownership metadata" and no second controller fights
@@ -30,6 +28,7 @@ from function import failures, kube, names
 from function.caches import BODIES
 from function.inputs import ObservedResource
 from function.output import Desired, Requirement, Result
+from function.serving import looking
 from function.serving.components import GPU_NODE_LABEL
 from function.versions import CHARTS
 
@@ -38,29 +37,27 @@ HELM_NAMESPACE = "meta.helm.sh/release-namespace"
 VERSION_LABEL = "app.kubernetes.io/version"
 CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 WEBHOOK = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
-COLLECTION_KIND = "ObservedObjectCollection"
-# Crossplane hands over required resources from its informer cache (v2.2 core.go,
-# NewExistingRequiredResourcesFetcher), and the collection turns Ready just after making its
-# members: a reconcile woken by that may not see them yet. So "none" counts only when a second
-# reconcile, after the detector was marked with the first answer, finds none again.
-# Once adopted, the detector is marked so too: a passing error or a listing not read yet then keeps
-# the adoption instead of making the stack wait again.
-LOOKED = "modelplane.ai/looked"
-NONE_FOUND = "none-found"
-ADOPTED = "adopted"
-# The label provider-kubernetes v1.3.1 puts on each Object of a collection, valued its name.
-MEMBER_LABEL = "kubernetes.crossplane.io/owned-by-collection"
 
 
 @dataclass(frozen=True)
 class Flag:
-    """A command-line flag, `--name=value` or `--name value`, and the value the stack needs;
-    default is what the binary takes without it, why what breaks with another."""
+    """A command-line flag, `--name=value` or `--name value` (the last one counts, as Go's flag
+    parsers take it), and the value the stack needs: default is what the binary takes without it
+    (None: no limit), listing a comma-separated list that must name wanted; why says what breaks
+    otherwise, fix what to do."""
 
     name: str
     wanted: str
-    default: str
+    default: str | None
     why: str
+    fix: str
+    listing: bool = False
+
+    def allows(self, value: str | None) -> bool:
+        value = self.default if value is None else value
+        if self.listing:
+            return value is None or self.wanted in value.split(",")
+        return value == self.wanted
 
 
 @dataclass(frozen=True)
@@ -79,6 +76,9 @@ class Detector:
     grants: str = ""
     # What the found workload's containers must run with for the stack to work beside it.
     flags: tuple[Flag, ...] = ()
+    # Only one may run: several found (each reconciling the same cluster-scoped objects) are
+    # refused.
+    single: bool = False
 
 
 # cert-manager: the stack's Certificates and trust-manager's set privateKey.rotationPolicy and
@@ -112,12 +112,14 @@ DETECTORS: dict[str, Detector] = {
     # name when GPUs are enabled (templates/deviceclass-gpu.yaml): the class the GPU probes and
     # the models' claims name, and where a second release would collide.
     "nvidia-dra-driver": Detector("resource.k8s.io/v1", "DeviceClass", "gpu.nvidia.com"),
-    # trust-manager v0.24.0 names its ClusterRole and ValidatingWebhookConfiguration after the
-    # chart (templates/clusterrole.yaml, webhook.yaml: "trust-manager" unless nameOverride), where
-    # a second release meets "invalid ownership metadata"; two would both reconcile every Bundle.
-    # Its Deployment carries app.kubernetes.io/name whatever the release, and the namespace it reads
-    # Bundle sources from in its args (templates/deployment.yaml; the binary's default is
-    # cert-manager): the gateway's CA Secret is in the function's namespace.
+    # trust-manager v0.24.0 installs its Bundle CRD, ClusterRole and ValidatingWebhookConfiguration
+    # under fixed names (templates/crd-trust.cert-manager.io_bundles.yaml, clusterrole.yaml,
+    # webhook.yaml), where a second release meets "invalid ownership metadata"; two would both
+    # reconcile every Bundle, which is cluster-scoped. Its Deployment carries
+    # app.kubernetes.io/name whatever the release, and in its args (templates/deployment.yaml) the
+    # one namespace it reads Bundle sources in (the binary's default: cert-manager, from v0.5.0 to
+    # v0.24.0) and, from v0.20, the namespaces it may write targets to: the gateway's CA Secret and
+    # its ConfigMap are in the function's namespace.
     "trust-manager": Detector(
         "apps/v1",
         "Deployment",
@@ -127,10 +129,23 @@ DETECTORS: dict[str, Detector] = {
                 "--trust-namespace",
                 names.SYSTEM_NAMESPACE,
                 "cert-manager",
-                "it reads a Bundle's sources only there, and the gateway's CA is in "
-                f"{names.SYSTEM_NAMESPACE}",
+                "it reads Bundle sources only there, so it would never publish the gateway's CA "
+                f"(its Secret is in {names.SYSTEM_NAMESPACE})",
+                f"the function cannot install its own beside it (two would reconcile the same "
+                f"Bundles); if no Bundle of yours reads that namespace, run it with "
+                f"--trust-namespace={names.SYSTEM_NAMESPACE} (app.trust.namespace)",
+            ),
+            Flag(
+                "--target-namespaces",
+                names.SYSTEM_NAMESPACE,
+                None,
+                "it writes Bundle targets only there, so it would never publish the gateway's CA "
+                f"into {names.SYSTEM_NAMESPACE}",
+                f"add {names.SYSTEM_NAMESPACE} to its app.targetNamespaces",
+                listing=True,
             ),
         ),
+        single=True,
     ),
     # node-feature-discovery 0.18.3 templates/worker.yaml: the worker DaemonSet carries
     # app.kubernetes.io/name (the chart's name, also as the GPU and network operators' subchart)
@@ -150,9 +165,10 @@ def detector_key(component: str) -> str:
 @dataclass(frozen=True)
 class Decision:
     """install: compose the release. adopted: compose nothing, and ready tells dependents whether
-    to go on. waiting: compose nothing yet (why says what for)."""
+    to go on. waiting: compose nothing yet (why says what for). refused: compose nothing while
+    what was found stays as it is (why says what to change)."""
 
-    verdict: str  # "install" | "adopted" | "waiting"
+    verdict: str  # "install" | "adopted" | "waiting" | "refused"
     why: str = ""
     ready: bool = False
     owner: str = ""
@@ -163,53 +179,15 @@ class Decision:
     def looked(self) -> str:
         """What the detector is marked with (LOOKED), if anything."""
         if self.verdict == "adopted":
-            return ADOPTED
-        return NONE_FOUND if self.none_found else ""
+            return looking.ADOPTED
+        return looking.NONE_FOUND if self.none_found else ""
 
 
 def detector(xr: str, component: str, provider_config: str, decision: Decision) -> Desired:
     """Ready whatever it finds: it is asked, not waited for. Made once per cluster and answer
     (caches.BODIES), as every reconcile of an Existing cluster composes it."""
     key = detector_key(component)
-    return looking(xr, key, DETECTORS[component], provider_config, decision.looked)
-
-
-def looking(xr: str, key: str, d: Detector, provider_config: str, looked: str) -> Desired:
-    """The detector d under the resource key, marked with what it found (LOOKED)."""
-    made_of = ("detector", key, looked, provider_config)
-    body = BODIES.item(xr, made_of, lambda: _make_detector(xr, key, d, provider_config, looked))
-    return Desired(body, ready=True, shared=True)
-
-
-def _make_detector(xr: str, key: str, d: Detector, provider_config: str, looked: str) -> dict:
-    if d.labels:
-        body = collection(xr, key, d, provider_config)
-    else:
-        manifest = {"apiVersion": d.api_version, "kind": d.kind, "metadata": {"name": d.name}}
-        body = kube.manifest_object(xr, key, manifest, provider_config, policies=["Observe"])
-    if looked:
-        body["metadata"]["annotations"] = {
-            **body["metadata"].get("annotations", {}),
-            LOOKED: looked,
-        }
-    return body
-
-
-def collection(xr: str, key: str, d: Detector, provider_config: str) -> dict:
-    """An ObservedObjectCollection of every object of d's kind carrying d's labels, cluster-wide."""
-    return {
-        "apiVersion": names.OBJECT_API,
-        "kind": COLLECTION_KIND,
-        "metadata": {"name": names.child_name(xr, key), "namespace": names.SYSTEM_NAMESPACE},
-        "spec": {
-            "providerConfigRef": {"kind": names.CLUSTER_PROVIDER_CONFIG, "name": provider_config},
-            "observeObjects": {
-                "apiVersion": d.api_version,
-                "kind": d.kind,
-                "selector": {"matchLabels": dict(d.labels)},
-            },
-        },
-    }
+    return looking.detector(xr, key, DETECTORS[component], provider_config, decision.looked)
 
 
 # Beside an adopted node-feature-discovery, the function's own NodeFeatureRule gives NVIDIA GPU
@@ -267,28 +245,12 @@ def beside(xr: str, component: str, provider_config: str) -> dict[str, dict]:
 
 
 def members_key(component: str) -> str:
-    return found_key(detector_key(component))
-
-
-def found_key(key: str) -> str:
-    """Where Crossplane hands over the members of the collection composed under key."""
-    return f"{key}-found"
+    return looking.found_key(detector_key(component))
 
 
 def requirement(xr: str, component: str) -> Requirement:
     """The Objects the component's collection made, one per object found."""
-    return members_of(xr, detector_key(component))
-
-
-def members_of(xr: str, key: str) -> Requirement:
-    """The Objects the collection composed under key made, one per object found."""
-    name = names.child_name(xr, key)
-    return Requirement(
-        names.OBJECT_API,
-        "Object",
-        namespace=names.SYSTEM_NAMESPACE,
-        labels={MEMBER_LABEL: name},
-    )
+    return looking.members_of(xr, detector_key(component))
 
 
 def decide(
@@ -301,10 +263,12 @@ def decide(
     Adopted before (the detector says so, or what is composed beside the adopted component is
     there): a listing not read yet or a passing provider error does not make the stack wait
     again."""
-    adopted_before = adopted_before or marked_adopted(seen)
+    adopted_before = adopted_before or looking.marked_adopted(seen)
     labelled = bool(DETECTORS[component].labels)
+    others: list[dict] = []
     if labelled:
-        found, why = _found_among(component, seen, members)
+        theirs, why = _found_among(component, seen, members)
+        found, others = (theirs[0], theirs[1:]) if theirs else (None, [])
     else:
         found, why = _found(seen)
     if found is None and why is not None and adopted_before:
@@ -317,15 +281,21 @@ def decide(
     if _ours(component, annotations):
         return Decision("install")  # ours, from an earlier install: Helm takes it up again
     owner = _owner(release, annotations.get(HELM_NAMESPACE), (meta.get("labels") or {}))
-    refused = _refused(component, found, owner)
+    refused = _refused(component, found, owner, others)
     if refused:
-        return Decision("waiting", refused, owner=owner)
+        return Decision("refused", refused, owner=owner)
     return Decision("adopted", ready=_serving(found), owner=owner)
 
 
-def _refused(component: str, found: dict, owner: str) -> str | None:
-    """Why what was found cannot be adopted, if it cannot."""
+def _refused(component: str, found: dict, owner: str, others: list[dict]) -> str | None:
+    """Why what was found (and others besides it) cannot be adopted, if it cannot."""
     d = DETECTORS[component]
+    if d.single and others:
+        where = ", ".join(_named(m) for m in (found, *others))
+        return (
+            f"{len(others) + 1} run ({where}), and each would reconcile the function's objects: "
+            "keep one"
+        )
     if d.grants and not _grants(found, d.grants):
         return (
             f"the {d.kind} {d.name} of {owner} is not {component}'s (its rules name no "
@@ -334,13 +304,9 @@ def _refused(component: str, found: dict, owner: str) -> str | None:
         )
     for flag in d.flags:
         value = _flag(found, flag.name)
-        if value is None:
-            value = flag.default
-        if value != flag.wanted:
-            return (
-                f"{owner} runs with {flag.name}={value}, and {flag.why}: run it with "
-                f"{flag.name}={flag.wanted}, or uninstall it and the function installs its own"
-            )
+        if not flag.allows(value):
+            shown = flag.default if value is None else value
+            return f"{owner} runs with {flag.name}={shown}, and {flag.why}: {flag.fix}"
     missing = _missing(found, d.needs)
     if missing:
         return (
@@ -355,19 +321,9 @@ def _absent(labelled: bool, seen: ObservedResource | None) -> Decision:
     """None found: installed, once a collection found none twice running (LOOKED)."""
     if not labelled:
         return Decision("install")
-    if not looked_before(seen):
+    if not looking.looked_before(seen):
         return Decision("waiting", "looking again for one already installed", none_found=True)
     return Decision("install", none_found=True)
-
-
-def marked_adopted(seen: ObservedResource | None) -> bool:
-    """Whether the detector found one to adopt at an earlier reconcile (LOOKED)."""
-    return seen is not None and seen.get("metadata", "annotations", LOOKED) == ADOPTED
-
-
-def looked_before(seen: ObservedResource | None) -> bool:
-    """Whether the collection found none at the reconcile before (LOOKED)."""
-    return (seen.get("metadata", "annotations", LOOKED) if seen else None) == NONE_FOUND
 
 
 def _found(seen: ObservedResource | None) -> tuple[dict | None, str | None]:
@@ -389,42 +345,21 @@ def _found(seen: ObservedResource | None) -> tuple[dict | None, str | None]:
 
 def _found_among(
     component: str, seen: ObservedResource | None, members: list[dict] | None
-) -> tuple[dict | None, str | None]:
-    """As _found, for a collection: the first object found that is not the function's own
-    (by namespace and name), once the collection has listed and each member been read."""
-    found, why = listed(seen, members, "looking for one already installed")
+) -> tuple[list[dict], str | None]:
+    """As _found, for a collection: the objects found that are not the function's own (by
+    namespace and name), once the collection has listed and each member been read."""
+    found, why = looking.listed(seen, members, "looking for one already installed")
     if found is None:
-        return None, why
+        return [], why
     theirs = [m for m in found if not _ours(component, m["metadata"].get("annotations") or {})]
-    if not theirs:
-        return None, None
-    return min(
+    return sorted(
         theirs, key=lambda m: (m["metadata"].get("namespace", ""), m["metadata"]["name"])
     ), None
 
 
-def listed(
-    seen: ObservedResource | None, members: list[dict] | None, looking: str
-) -> tuple[list[dict] | None, str]:
-    """What a collection found, each object as the API server has it, once it has listed and
-    each member been read; else None and why not yet (looking, and the provider's words)."""
-    if seen is None or members is None:
-        return None, looking
-    synced = seen.condition("Synced") or {}
-    if synced.get("status") == "False":
-        return None, f"{looking}: {failures.words(synced.get('message'))}"
-    if not seen.ready:  # not listed yet
-        return None, looking
-    found = []
-    for member in members:
-        observed = ObservedResource(member)
-        manifest = observed.at_provider("manifest")
-        if isinstance(manifest, dict) and isinstance(manifest.get("metadata"), dict):
-            found.append(manifest)
-            continue
-        if not failures.does_not_exist(observed):
-            return None, looking  # not read yet (one gone is dropped at the next listing)
-    return found, ""
+def _named(found: dict) -> str:
+    meta = found["metadata"]
+    return f"{found.get('kind')} {meta.get('namespace') or ''}/{meta.get('name')}"
 
 
 def _ours(component: str, annotations: dict) -> bool:
@@ -446,7 +381,7 @@ def results(component: str, decision: Decision) -> list[Result]:
                 reason="ComponentAdopted",
             )
         ]
-    if decision.verdict == "waiting" and decision.owner:
+    if decision.verdict == "refused":
         return [Result("Warning", f"{component}: {decision.why}", reason="AdoptionRefused")]
     return []
 
@@ -479,28 +414,38 @@ def _grants(role: dict, group: str) -> bool:
 
 
 def _flag(workload: dict, name: str) -> str | None:
-    """The value a Deployment's or DaemonSet's containers run the flag with, if any."""
+    """The value a Deployment's or DaemonSet's containers run the flag with, if any: the last
+    one given, as Go's flag parsers keep it."""
     template = ((workload.get("spec") or {}).get("template") or {}).get("spec") or {}
+    value = None
     for container in template.get("containers") or []:
         if not isinstance(container, dict):
             continue
         line = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
         for i, arg in enumerate(line):
             if arg.startswith(f"{name}="):
-                return arg.split("=", 1)[1]
-            if arg == name and i + 1 < len(line):
-                return line[i + 1]
-    return None
+                value = arg.split("=", 1)[1]
+            elif arg == name and i + 1 < len(line):
+                value = line[i + 1]
+    return value
 
 
 def _serving(found: dict) -> bool:
-    """Whether what was found serves yet: a CRD once Established, a Deployment once Available,
-    anything else (a webhook configuration, a DaemonSet) as soon as it is there."""
+    """Whether what was found serves yet: a CRD once Established, a Deployment once Available
+    with a replica available (one scaled to 0 is Available too), anything else (a webhook
+    configuration, a DaemonSet) as soon as it is there."""
     wanted = {CRD[1]: "Established", "Deployment": "Available"}.get(found.get("kind"))
     if wanted is None:
         return True
-    conditions = (found.get("status") or {}).get("conditions") or []
+    status = found.get("status") or {}
+    if found.get("kind") == "Deployment" and not _positive(status.get("availableReplicas")):
+        return False
     return any(
         isinstance(c, dict) and c.get("type") == wanted and c.get("status") == "True"
-        for c in conditions
+        for c in status.get("conditions") or []
     )
+
+
+def _positive(count: object) -> bool:
+    """A count above 0 (over the wire, protobuf Struct numbers are all doubles)."""
+    return isinstance(count, int | float) and not isinstance(count, bool) and count > 0

@@ -27,6 +27,8 @@ PROVISIONED = frozenset(CLOUD_BLOCKS) - {EXISTING}
 # read and delete what another controller made.
 OBSERVE = ("Observe",)
 OBSERVE_DELETE = ("Observe", "Delete")
+# Everything but Delete: the object is the function's to make and keep, not to remove.
+NO_DELETE = ("Observe", "Create", "Update", "LateInitialize")
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 CRDS = Path(__file__).parent / "crds"
 MODELEXPRESS = "modelexpress-server"
@@ -45,6 +47,8 @@ class Context:
     client_cas: tuple[gateway.ClientCA, ...] | None
     # What the gateway's Service carries for the cloud's load balancer.
     load_balancer_annotations: tuple[tuple[str, str], ...] = ()
+    # The cluster's source (spec.cluster.source).
+    source: str = ""
 
 
 # A builder returns the manifest (or chart values), or None for "not now": a component already
@@ -73,6 +77,9 @@ class Component:
     # composed only once the function is to install that release, never beside or over one it
     # adopts (an adopted release's namespace taken over would be deleted with the XR).
     inside: str = ""
+    # The sources on whose clusters deleting the XR leaves it there (management policies without
+    # Delete): a namespace on a cluster someone else runs may hold what is not the function's.
+    left_on: frozenset[str] = frozenset()
 
     @functools.cached_property
     def resource_key(self) -> str:
@@ -378,9 +385,12 @@ def table() -> tuple[Component, ...]:
             {"crds": {"enabled": True, "keep": True}, "enableCertificateOwnerRef": True},
             wait=True,
         ),
+        # On an Existing cluster it may be there already, holding what others put there (a
+        # trust-manager reading the gateway's CA there): taken up, never deleted.
         manifest(
             "gateway-namespace",
             namespace(names.SYSTEM_NAMESPACE, {"modelplane.ai/namespace": names.SYSTEM_NAMESPACE}),
+            left_on=frozenset({EXISTING}),
         ),
         chart(
             "trust-manager",

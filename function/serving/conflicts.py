@@ -14,10 +14,9 @@ image) is not seen (docs/clouds/existing.md).
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from function.clusters.base import as_desired
 from function.inputs import ObservedResource
 from function.output import Desired, Requirement, Result
-from function.serving import adoption
+from function.serving import adoption, looking
 from function.serving.adoption import Decision, Detector
 
 
@@ -71,10 +70,10 @@ def requirements(
 ) -> dict[str, Requirement]:
     """The DaemonSets each of the component's conflict collections found, once composed, while
     the component is not adopted (its detector says so)."""
-    if adoption.marked_adopted(observed.get(adoption.detector_key(component))):
+    if looking.marked_adopted(observed.get(adoption.detector_key(component))):
         return {}
     return {
-        adoption.found_key(c.key): adoption.members_of(xr, c.key)
+        looking.found_key(c.key): looking.members_of(xr, c.key)
         for c in CONFLICTS.get(component, ())
         if c.key in observed
     }
@@ -92,35 +91,31 @@ def compose(
     leave (the component's install held while one runs or the answer is not in), and the
     Warnings. They look only once the component is to be installed (None: the function's release
     is there, or the cluster cannot be reached), and stay once composed."""
-    resources = {
-        c.key: Desired(as_desired(observed[c.key].body), ready=True)
-        for c in CONFLICTS.get(component, ())
-        if c.key in observed
-    }
+    resources = looking.kept((c.key for c in CONFLICTS.get(component, ())), observed)
     if decision is None or decision.verdict != "install" or component not in CONFLICTS:
         return resources, decision, []
     refused, waiting = [], []
     for c in CONFLICTS[component]:
         seen = observed.get(c.key)
-        found, why = adoption.listed(
-            seen, required.get(adoption.found_key(c.key)), f"looking for {c.what}"
+        found, why = looking.listed(
+            seen, required.get(looking.found_key(c.key)), f"looking for {c.what}"
         )
         counted = [(m, _scheduled(m)) for m in found or () if not _other(c, m)]
         running = [(m, n) for m, n in counted if isinstance(n, int) and n > 0]
         uncounted = [_named(m) for m, n in counted if not isinstance(n, int)]
         none = found is not None and not running and not uncounted
-        looked = adoption.NONE_FOUND if none else ""
-        resources[c.key] = adoption.looking(xr, c.key, c.detector, provider_config, looked)
+        looked = looking.NONE_FOUND if none else ""
+        resources[c.key] = looking.detector(xr, c.key, c.detector, provider_config, looked)
         if running:
             refused.append(_refusal(c, running))
         elif found is None:
             waiting.append(why)
         elif uncounted:
             waiting.append(f"looking for {c.what}: {'; '.join(uncounted)}")
-        elif not adoption.looked_before(seen):
+        elif not looking.looked_before(seen):
             waiting.append(f"looking again for {c.what}")
     if refused:
-        held = Decision("waiting", "; ".join(refused), owner="a GPU device plugin")
+        held = Decision("refused", "; ".join(refused))
         return resources, held, [Result("Warning", f"{component}: {held.why}", reason=REASON)]
     if waiting:
         return resources, Decision("waiting", "; ".join(waiting)), []

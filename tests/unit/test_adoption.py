@@ -5,16 +5,18 @@ import copy
 import json
 
 import pytest
+import yaml
 
 from function.clusters.base import PROVIDER_CONFIG_KEYS
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
-from function.serving import adoption, conflicts, gpus
+from function.serving import adoption, conflicts, gpus, looking
 from function.serving.components import GPU_NODE_LABEL
 from function.versions import CHARTS
 from tests import nodes
 from tests.builders import all_classes, example, world_for
 from tests.charts import _template, chart_path, helm_bin
+from tests.golden import GOLDEN
 from tests.sim.providers import World, conditions, observe
 from tests.sim.workload import inference_gateway
 from tests.unit import sim
@@ -287,7 +289,7 @@ def test_none_found_counts_only_when_a_second_reconcile_finds_none_again():
     first = holding(unmarked)
     assert NFD_RELEASE not in first.resources
     marked = first.resources[NFD_DETECT].body["metadata"].get("annotations")
-    assert marked == {adoption.LOOKED: adoption.NONE_FOUND}
+    assert marked == {looking.LOOKED: looking.NONE_FOUND}
     assert "looking again" in condition(first, "BackendReady").message
     # Marked, and none found again: installed.
     second = holding(lambda body: None)
@@ -302,7 +304,7 @@ def test_none_found_counts_only_when_a_second_reconcile_finds_none_again():
     )
     assert NFD_RELEASE not in late.resources
     assert late.resources[NFD_DETECT].body["metadata"]["annotations"] == {
-        adoption.LOOKED: adoption.ADOPTED
+        looking.LOOKED: looking.ADOPTED
     }
     assert any(r.reason == "ComponentAdopted" for r in late.results)
 
@@ -529,7 +531,7 @@ def test_once_adopted_a_passing_error_on_any_detector_does_not_make_the_stack_wa
     world = World(detected={name: installed("kai-scheduler", "kai")})
     out = sim.converge(xr, required(classes), world, SCHEMAS)
     key = adoption.detector_key("kai-scheduler")
-    assert out.resources[key].body["metadata"]["annotations"] == {adoption.LOOKED: adoption.ADOPTED}
+    assert out.resources[key].body["metadata"]["annotations"] == {looking.LOOKED: looking.ADOPTED}
     observed = sim.reported(out, world)
     observed.resources[key].body["status"] = {
         "conditions": conditions(ready=False, reason="ReconcileError", message="dial tcp: timeout")
@@ -544,28 +546,33 @@ def test_once_adopted_a_passing_error_on_any_detector_does_not_make_the_stack_wa
 TRUST = "trust-manager"
 
 
-def trust_manager(values: dict, available: bool = True, release: str = "platform-trust") -> dict:
+def trust_manager(
+    values: dict, replicas: int = 1, release: str = "platform-trust", namespace: str = "platform"
+) -> dict:
     """The Deployment the real trust-manager chart (v0.24.0, rendered by the real Helm) installs
     for another release with these values, as the API server reports it."""
     chart = chart_path(CHARTS[TRUST].name, CHARTS[TRUST].version)
     assert chart is not None
-    rendered = _template(chart, release, "platform", json.dumps(values), helm_bin())
+    rendered = _template(chart, release, namespace, json.dumps(values), helm_bin())
     (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
     deployment = copy.deepcopy(deployment)
     meta = deployment["metadata"]
     # Helm annotates what it installs with its release (helm template leaves that out).
     meta["annotations"] = {
         "meta.helm.sh/release-name": release,
-        "meta.helm.sh/release-namespace": "platform",
+        "meta.helm.sh/release-namespace": namespace,
     }
-    status = "True" if available else "False"
-    deployment["status"] = {"conditions": [{"type": "Available", "status": status}]}
+    # A Deployment scaled to 0 is Available too, with no replica available.
+    available = {"type": "Available", "status": "True"}
+    deployment["status"] = {"conditions": [available], "availableReplicas": replicas}
     return deployment
 
 
+TRUSTING_OURS = {"app": {"trust": {"namespace": "modelplane-system"}}}
+
+
 def test_a_trust_manager_reading_the_functions_namespace_is_adopted_and_the_gateway_ca_goes_on():
-    found = trust_manager({"app": {"trust": {"namespace": "modelplane-system"}}})
-    out = converged_with_world("existing", running(found))
+    out = converged_with_world("existing", running(trust_manager(TRUSTING_OURS)))
     assert "release-trust-manager" not in out.resources
     assert {"gateway-ca-bundle", "gateway-ca-configmap"} <= out.resources.keys()
     (adopted,) = [r for r in out.results if r.reason == "ComponentAdopted"]
@@ -587,17 +594,48 @@ def test_a_trust_manager_reading_another_namespace_is_refused_and_says_what_to_c
     assert refused.severity == "Warning"
     assert refused.message == (
         "trust-manager: Helm release platform/platform-trust (v0.24.0) runs with "
-        "--trust-namespace=cert-manager, and it reads a Bundle's sources only there, and the "
-        "gateway's CA is in modelplane-system: run it with --trust-namespace=modelplane-system, "
-        "or uninstall it and the function installs its own"
+        "--trust-namespace=cert-manager, and it reads Bundle sources only there, so it would "
+        "never publish the gateway's CA (its Secret is in modelplane-system): the function "
+        "cannot install its own beside it (two would reconcile the same Bundles); if no Bundle "
+        "of yours reads that namespace, run it with --trust-namespace=modelplane-system "
+        "(app.trust.namespace)"
     )
     backend = condition(out, "BackendReady")
     assert backend.status is False
     assert "--trust-namespace=cert-manager" in backend.message
 
 
-def test_a_trust_manager_not_available_yet_is_waited_for():
-    found = trust_manager({"app": {"trust": {"namespace": "modelplane-system"}}}, available=False)
+def test_a_trust_manager_writing_targets_elsewhere_only_is_refused():
+    """From v0.20 a trust-manager may write Bundle targets to listed namespaces only, and still
+    calls the Bundle Synced: the gateway's CA ConfigMap would never appear."""
+    values = {"app": {**TRUSTING_OURS["app"], "targetNamespaces": ["team-a", "team-b"]}}
+    out = converged_with_world("existing", running(trust_manager(values)))
+    assert "gateway-ca-bundle" not in out.resources
+    (refused,) = [r for r in out.results if r.reason == "AdoptionRefused"]
+    assert "--target-namespaces=team-a,team-b" in refused.message
+    assert "add modelplane-system to its app.targetNamespaces" in refused.message
+    values["app"]["targetNamespaces"].append("modelplane-system")
+    out = converged_with_world("existing", running(trust_manager(values)))
+    assert "gateway-ca-bundle" in out.resources
+    assert "release-trust-manager" not in out.resources
+
+
+def test_two_trust_managers_are_refused_whichever_comes_first():
+    """Bundles are cluster-scoped: every trust-manager reconciles the function's, and one reading
+    another namespace would keep calling it unsynced."""
+    ours_too = trust_manager(TRUSTING_OURS)
+    other = trust_manager({}, release="team-trust", namespace="team")
+    out = converged_with_world("existing", running(ours_too, other))
+    assert "release-trust-manager" not in out.resources
+    assert "gateway-ca-bundle" not in out.resources
+    (refused,) = [r for r in out.results if r.reason == "AdoptionRefused"]
+    assert "2 run (Deployment platform/trust-manager, Deployment team/trust-manager)" in (
+        refused.message
+    )
+
+
+def test_a_trust_manager_scaled_to_zero_is_waited_for():
+    found = trust_manager(TRUSTING_OURS, replicas=0)
     out = converged_with_world("existing", running(found))
     assert "release-trust-manager" not in out.resources
     assert "gateway-ca-bundle" not in out.resources
@@ -610,6 +648,11 @@ def test_a_trust_manager_not_available_yet_is_waited_for():
         (["--trust-namespace=modelplane-system"], "modelplane-system"),
         (["--log-level=1", "--trust-namespace", "modelplane-system"], "modelplane-system"),
         (["--trust-namespace"], None),
+        # A patch appending the flag wins, as Go's flag parsers keep the last.
+        (
+            ["--trust-namespace=cert-manager", "--trust-namespace=modelplane-system"],
+            "modelplane-system",
+        ),
         ([], None),
     ],
 )
@@ -734,3 +777,23 @@ def test_an_adopted_driver_stays_adopted_while_the_cluster_cannot_be_reached():
     assert "dra-driver-namespace" not in lost.resources
     assert "release-nvidia-dra-driver" not in condition(lost, "BackendReady").message
     assert (out.resources.keys() - set(PROVIDER_CONFIG_KEYS)) <= lost.resources.keys()
+
+
+@pytest.mark.parametrize("example_name", ["existing-converged", "gke-converged"])
+def test_the_functions_namespace_on_an_existing_cluster_outlives_the_xr(example_name):
+    """On a cluster someone else runs, modelplane-system may be there first, holding what is not
+    the function's (a trust-manager's Role for its trust namespace, or the whole release): the
+    function takes it up but never deletes it. On a cluster it provisions it is the function's.
+    Read in the reviewed golden files of the converged examples."""
+    (namespace,) = [
+        d
+        for d in yaml.safe_load_all((GOLDEN / f"{example_name}.yaml").read_text())
+        if d
+        and (d["metadata"].get("annotations") or {}).get("crossplane.io/composition-resource-name")
+        == "gateway-namespace"
+    ]
+    policies = namespace["spec"].get("managementPolicies")
+    if example_name.startswith("existing"):
+        assert policies == ["Observe", "Create", "Update", "LateInitialize"]
+    else:
+        assert policies is None
