@@ -79,6 +79,9 @@ class Detector:
     # Only one may run: several found (each reconciling the same cluster-scoped objects) are
     # refused.
     single: bool = False
+    # Why one already there can never serve the stack, however configured: found and not the
+    # function's, it is refused, never adopted.
+    refusal: str = ""
 
 
 # cert-manager: the stack's Certificates and trust-manager's set privateKey.rotationPolicy and
@@ -146,6 +149,29 @@ DETECTORS: dict[str, Detector] = {
             ),
         ),
         single=True,
+    ),
+    # gateway-helm v1.0.0 to v1.8.3 templates/envoy-gateway-deployment.yaml: the controller's
+    # Deployment, labelled control-plane=envoy-gateway whatever the release (install.yaml and
+    # egctl install are the chart rendered; Tetrate's TEG takes it as a subchart). It cannot be
+    # adopted: the gateway's routes to models need Envoy Gateway's own configuration to name the
+    # function's Envoy AI Gateway as its extension manager (extensionManager exists only there,
+    # api/v1alpha1/envoygateway_types.go), so adopting it would mean adopting its AI Gateway too,
+    # whose fixed-name controller the function's would collide with. Nor can the function's run
+    # beside it: in the upstream default namespace, envoy-gateway-system, the chart's fixed-name
+    # Deployment, ServiceAccount and Service envoy-gateway and ConfigMap envoy-gateway-config meet
+    # "invalid ownership metadata"; elsewhere both controllers would program every GatewayClass of
+    # the default controllerName (internal/provider/kubernetes/controller.go).
+    "envoy-gateway": Detector(
+        "apps/v1",
+        "Deployment",
+        labels=(("control-plane", "envoy-gateway"),),
+        refusal=(
+            "the function can neither adopt it (the gateway's routes need it configured with the "
+            "function's Envoy AI Gateway as its extension manager) nor run its own beside it "
+            "(they would collide on its objects or both program the same GatewayClasses): the "
+            "gateway waits while it runs; uninstalling it takes its Gateways down and leaves its "
+            "CRDs at their version (docs/clouds/existing.md)"
+        ),
     ),
     # node-feature-discovery 0.18.3 templates/worker.yaml: the worker DaemonSet carries
     # app.kubernetes.io/name (the chart's name, also as the GPU and network operators' subchart)
@@ -290,6 +316,8 @@ def decide(
 def _refused(component: str, found: dict, owner: str, others: list[dict]) -> str | None:
     """Why what was found (and others besides it) cannot be adopted, if it cannot."""
     d = DETECTORS[component]
+    if d.refusal:
+        return f"{owner} runs already ({_named(found)}), and {d.refusal}"
     if d.single and others:
         where = ", ".join(_named(m) for m in (found, *others))
         return (

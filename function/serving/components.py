@@ -414,11 +414,17 @@ def table() -> tuple[Component, ...]:
             _crd("inference.networking.x-k8s.io_inferenceobjectives.yaml"),
             ready_when=crds_ready,
         ),
-        manifest("envoy-gateway-inferencepool-reader", INFERENCE_POOL_READER_ROLE),
+        # Made for the function's Envoy Gateway (its service account), never for another's.
+        manifest(
+            "envoy-gateway-inferencepool-reader",
+            INFERENCE_POOL_READER_ROLE,
+            inside="envoy-gateway",
+        ),
         manifest(
             "envoy-gateway-inferencepool-reader-binding",
             INFERENCE_POOL_READER_BINDING,
             after=("envoy-gateway-inferencepool-reader",),
+            inside="envoy-gateway",
         ),
         chart(
             "envoy-gateway",
@@ -426,7 +432,9 @@ def table() -> tuple[Component, ...]:
             after=("gaie-crd-inferencepools", "envoy-gateway-inferencepool-reader-binding"),
             wait=True,
         ),
-        chart("ai-gateway-crds", {}, wait=True),
+        # Its CRDs are release-owned templates: beside another Envoy Gateway (and its AI
+        # Gateway's CRDs), never installed.
+        chart("ai-gateway-crds", {}, wait=True, inside="envoy-gateway"),
         chart(
             "ai-gateway",
             {"controller": {"logRequestHeaderAttributes": "x-modelplane-caller:caller"}},

@@ -549,12 +549,24 @@ TRUST = "trust-manager"
 def trust_manager(
     values: dict, replicas: int = 1, release: str = "platform-trust", namespace: str = "platform"
 ) -> dict:
-    """The Deployment the real trust-manager chart (v0.24.0, rendered by the real Helm) installs
+    """The Deployment the real trust-manager chart (v0.24.0) installs for another release."""
+    return deployment_of(TRUST, values, replicas, release, namespace)
+
+
+def deployment_of(
+    component: str, values: dict, replicas: int, release: str, namespace: str
+) -> dict:
+    """The controller Deployment the component's real chart, rendered by the real Helm, installs
     for another release with these values, as the API server reports it."""
-    chart = chart_path(CHARTS[TRUST].name, CHARTS[TRUST].version)
+    chart = chart_path(CHARTS[component].name, CHARTS[component].version)
     assert chart is not None
     rendered = _template(chart, release, namespace, json.dumps(values), helm_bin())
-    (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
+    wanted = dict(adoption.DETECTORS[component].labels).items()
+    (deployment,) = [
+        d
+        for d in rendered
+        if d["kind"] == "Deployment" and wanted <= (d["metadata"].get("labels") or {}).items()
+    ]
     deployment = copy.deepcopy(deployment)
     meta = deployment["metadata"]
     # Helm annotates what it installs with its release (helm template leaves that out).
@@ -797,3 +809,36 @@ def test_the_functions_namespace_on_an_existing_cluster_outlives_the_xr(example_
         assert policies == ["Observe", "Create", "Update", "LateInitialize"]
     else:
         assert policies is None
+
+
+def test_an_envoy_gateway_already_there_is_refused_and_the_rest_of_the_stack_goes_on():
+    """Upstream's own install (release eg in envoy-gateway-system): it lacks the AI Gateway's
+    extension manager, and the function's release beside it would collide with its objects."""
+    found = deployment_of("envoy-gateway", {}, 1, "eg", "envoy-gateway-system")
+    out = converged_with_world("existing", running(found))
+    made_for_the_functions = {
+        "release-envoy-gateway",
+        "envoy-gateway-inferencepool-reader",
+        "envoy-gateway-inferencepool-reader-binding",
+        "release-ai-gateway",
+        "release-ai-gateway-crds",
+        "gateway-class",
+    }
+    assert not made_for_the_functions & out.resources.keys()
+    assert {"release-node-feature-discovery", "release-nvidia-dra-driver"} <= out.resources.keys()
+    (refused,) = [r for r in out.results if r.reason == "AdoptionRefused"]
+    assert refused.message.startswith(
+        "envoy-gateway: Helm release envoy-gateway-system/eg (v1.8.3) runs already (Deployment "
+        "envoy-gateway-system/envoy-gateway), and the function can neither adopt it"
+    )
+    backend = condition(out, "BackendReady")
+    assert backend.status is False
+    assert "Envoy AI Gateway as its extension manager" in refused.message
+    assert "Envoy AI Gateway" in backend.message  # the Warning says it whole
+
+
+def test_the_functions_own_envoy_gateway_found_again_is_installed_over_again():
+    own = deployment_of("envoy-gateway", {}, 1, "mp-envoy-gateway", "envoy-gateway-system")
+    out = converged_with_world("existing", running(own))
+    assert "release-envoy-gateway" in out.resources
+    assert condition(out, "BackendReady").status is True
