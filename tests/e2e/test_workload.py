@@ -89,11 +89,16 @@ class Preinstalled:
     chart: str  # its key in function/versions.py CHARTS
     values: tuple[str, ...]
     crd: str  # one of its CRDs, which must outlive the XR
+    # (apiVersion, kind, namespace, name) of what it put in a namespace the function uses too,
+    # which must outlive the XR (that namespace is made first, as the chart needs it).
+    beside: tuple[tuple[str, str, str, str], ...] = ()
 
 
-# On the Existing example, cert-manager and node-feature-discovery another release installed (NFD
-# tolerating the GPU taint, as the GPU Operator installs it, with its default worker config:
-# labels by PCI class and vendor, which the DRA driver does not place its plugin by).
+# On the Existing example, cert-manager, trust-manager and node-feature-discovery another release
+# installed (NFD tolerating the GPU taint, as the GPU Operator installs it, with its default worker
+# config: labels by PCI class and vendor, which the DRA driver does not place its plugin by;
+# trust-manager reading Bundle sources in modelplane-system, as docs/clouds/existing.md asks, its
+# webhook certificate from Helm rather than from the cert-manager installed just before it).
 PREINSTALLED = {
     "existing-dynamo": (
         Preinstalled(
@@ -102,6 +107,17 @@ PREINSTALLED = {
             "cert-manager",
             ("crds.enabled=true",),
             "certificates.cert-manager.io",
+        ),
+        Preinstalled(
+            "platform-trust-manager",
+            "platform",
+            "trust-manager",
+            ("app.trust.namespace=modelplane-system", "app.webhook.tls.helmCert.enabled=true"),
+            "bundles.trust.cert-manager.io",
+            # trust-manager v0.24.0 templates/role.yaml: its Role in the trust namespace.
+            beside=(
+                ("rbac.authorization.k8s.io/v1", "Role", "modelplane-system", "trust-manager"),
+            ),
         ),
         Preinstalled(
             "platform-nfd",
@@ -153,6 +169,10 @@ def preinstall(state: Installed) -> None:
     """helm install of each chart PREINSTALLED names for the example, and the GPU Operator's
     device plugin, turned off on every node."""
     for pre in PREINSTALLED[state.example.name]:
+        for namespace in sorted({ns for _, _, ns, _ in pre.beside}):
+            state.cluster.kube.apply(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+            )
         chart = charts_dir() / f"{CHARTS[pre.chart].name}-{CHARTS[pre.chart].version}"
         sets = [arg for value in pre.values for arg in ("--set", value)]
         subprocess.run(
@@ -194,6 +214,9 @@ def still_adopted(state: Installed) -> None:
             "apiextensions.k8s.io/v1", "CustomResourceDefinition", pre.crd
         )
         assert crd is not None, f"deleting the XR took the adopted {pre.chart}'s CRD {pre.crd}"
+        for api_version, kind, namespace, name in pre.beside:
+            found = state.cluster.kube.get_or_none(api_version, kind, name, namespace)
+            assert found is not None, f"deleting the XR took {kind} {namespace}/{name}"
 
 
 def real_kinds(kube: Kube) -> list:
