@@ -6,14 +6,15 @@ for what says it is present:
 - cert-manager: its Certificate CRD, by name, through an Observe-only Object; LeaderWorkerSet,
   Grove, the KAI Scheduler and the NVIDIA DRA driver: a cluster-scoped object their charts name
   the same whatever the release, likewise;
-- node-feature-discovery and trust-manager: every DaemonSet labelled as NFD's worker, every
-  Deployment labelled as trust-manager, in any namespace and under any release name, through an
-  ObservedObjectCollection (looking.py). NFD's CRDs cannot say it runs: Helm installs them from
-  crds/, unlabelled, and never removes them.
+- node-feature-discovery, trust-manager and Envoy Gateway: every DaemonSet labelled as NFD's
+  worker, every Deployment labelled as trust-manager or as Envoy Gateway's controller, in any
+  namespace and under any release name, through an ObservedObjectCollection (looking.py). NFD's
+  CRDs cannot say it runs: Helm installs them from crds/, unlabelled, and never removes them.
 Present and not ours (its Helm release is not mp-<key>, or it came from no release at all): the
 function composes nothing that touches it, and what comes after it waits for that object instead
 of the release, so Helm never meets "invalid ownership metadata" and no second controller fights
-the first. Absent: the release is installed. What the function installed stays its own: once its
+the first. Present but unable to serve the stack (too old, configured otherwise, or, for Envoy
+Gateway, never adoptable): refused, with a Warning saying why, and what comes after it waits. Absent: the release is installed. What the function installed stays its own: once its
 release is observed, the detector's answer no longer matters, and nothing installed by someone
 else is ever removed, since the function never composed it.
 
