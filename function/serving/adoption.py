@@ -14,9 +14,10 @@ Present and not ours (its Helm release is not mp-<key>, or it came from no relea
 function composes nothing that touches it, and what comes after it waits for that object instead
 of the release, so Helm never meets "invalid ownership metadata" and no second controller fights
 the first. Present but unable to serve the stack (too old, configured otherwise, or, for Envoy
-Gateway, never adoptable): refused, with a Warning saying why, and what comes after it waits. Absent: the release is installed. What the function installed stays its own: once its
-release is observed, the detector's answer no longer matters, and nothing installed by someone
-else is ever removed, since the function never composed it.
+Gateway, never adoptable): refused, with a Warning saying why, and what comes after it waits.
+Absent: the release is installed. What the function installed stays its own: once its release is
+observed, the detector's answer no longer matters, and nothing installed by someone else is ever
+removed, since the function never composed it.
 
 provider-kubernetes reports an Observe-only Object whose object does not exist as Synced=False,
 "cannot observe external resource: external resource does not exist" (crossplane-runtime v2.1
