@@ -1,0 +1,443 @@
+"""The serving stack on every workload cluster, rendered from the component table by one engine.
+
+Rules the engine applies to every component (function/serving/components.py):
+- nothing goes on the cluster before both of its ProviderConfigs are observed;
+- a component is first composed once every component it comes `after` or `watches` is Ready
+  (their CRDs and objects exist), and is never dropped afterwards; a watcher of a component
+  withheld for now is withheld with it;
+- a builder that has nothing to say this time (no client CA yet) keeps what exists as it is;
+- readiness is each resource's own observed Ready condition (provider-kubernetes derives it from
+  the component's readiness query).
+"""
+
+import functools
+import marshal
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from function import kube, names
+from function.caches import BODIES
+from function.clusters.base import (
+    PROVIDER_CONFIG_KEYS,
+    as_desired,
+    describe_waiting,
+    unready_reasons,
+)
+from function.clusters.facts import ClusterFacts
+from function.inputs import Inputs, ObservedResource
+from function.models import InferenceCluster
+from function.output import Condition, Desired, Requirement, Result
+from function.serving import adoption, conflicts, gateway, gpus, looking
+from function.serving.components import (
+    COMPONENTS,
+    EXISTING,
+    GPU_NODE_LABEL,
+    NO_DELETE,
+    RESOURCE_KEYS,
+    Component,
+    Context,
+)
+from function.versions import CHARTS
+
+GATEWAY_KIND = Requirement(names.API_VERSION, "InferenceGateway")
+# Whether the InferenceGateway kind is installed at all (a required schema comes back empty when
+# it is not; listing an unknown kind would fail the whole reconcile).
+GATEWAY_SCHEMA = "inference-gateway-kind"
+GATEWAYS = "inference-gateways"
+DRA_DRIVER = "nvidia-dra-driver"
+
+
+@dataclass
+class StackFacts:
+    resources: dict[str, Desired] = field(default_factory=dict)
+    ready: bool = False
+    reason: str = "WaitingForCluster"
+    message: str = "waiting for the cluster's ProviderConfigs"
+    # The gateway as observed this time (None: not observed); status.py keeps older values.
+    address: str | None = None
+    ca_certificate: str | None = None
+    client_cas: int | None = None
+    # The ClientTrafficPolicy that makes the gateway demand client certificates is Accepted.
+    clients_enforced: bool = False
+    results: list[Result] = field(default_factory=list)
+    # Whether a model can claim GPUs on every node of every GPU pool (function/serving/gpus.py).
+    gpus: Condition = field(
+        default_factory=lambda: Condition(
+            "GPUsPublished", False, "WaitingForCluster", "waiting for the cluster"
+        )
+    )
+    # (of, by) resource keys: within the stack, of outlives by.
+    outlives: list[tuple[str, str]] = field(default_factory=list)
+
+
+def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
+    facts = StackFacts()
+    cas = client_cas(inputs)
+    facts.client_cas = None if cas is None else len(cas)
+    observed = inputs.observed.resources
+    if cluster.provider_config is None:
+        return facts
+    ctx = Context(
+        xr=inputs.xr.name,
+        stack=inputs.xr.spec.stack,
+        hostname=gateway.hostname(inputs.xr.name),
+        nvidia_driver_root=cluster.nvidia_driver_root,
+        client_cas=cas,
+        load_balancer_annotations=load_balancer_annotations(inputs, cluster),
+        source=inputs.xr.spec.cluster.source,
+    )
+    reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
+    table = components(ctx.stack, inputs.xr.spec.cluster.source)
+    # On an Existing cluster, what is found there decides first: what is made for a release
+    # (its namespace) waits for the decision to install it.
+    adopting = _Adopting(inputs, cluster.provider_config, facts, reachable)
+    decisions = {c.key: decision for c in table if (decision := adopting.decide(c))}
+    walk = _Walk(ctx, inputs, cluster, facts, reachable, decisions)
+    for component in table:
+        walk.compose(component)
+    pending, withheld, adopted = walk.pending, walk.withheld, walk.adopted
+
+    probes = gpus.render(inputs, cluster.provider_config, _ready(observed.get(gpus.NAMESPACE_KEY)))
+    facts.resources |= probes.resources
+    facts.outlives, facts.gpus = probes.outlives, probes.condition
+
+    facts.address, facts.ca_certificate = observed_gateway(inputs)
+    enforcing = observed.get(RESOURCE_KEYS["gateway-client-auth"])
+    facts.clients_enforced = enforcing is not None and enforcing.ready
+    facts.results += unplaced_gpu_plugin(inputs)
+    # A probe that is not ready says so in GPUsPublished, not as a component installing.
+    unready = [k for k, d in facts.resources.items() if not d.ready and k not in probes.daemon_sets]
+    waiting, failing = unready_reasons(unready, observed.get)
+    waiting |= pending
+    if not reachable and not facts.resources:
+        return facts
+    backend = verdict(
+        describe_waiting(waiting, len(table), "components", failing=failing) if waiting else None,
+        facts.gpus,
+        bool(withheld),
+        ctx.stack,
+        _adopted_names(table, adopted),
+    )
+    facts.ready, facts.reason, facts.message = backend.status, backend.reason, backend.message
+    return facts
+
+
+@dataclass
+class _Walk:
+    """Walking the table in order for one cluster: why each component not composed waits, which
+    wait for clients, and what stands for each adopted one (by resource key), given what was
+    decided about each adoptable component (by component key)."""
+
+    ctx: Context
+    inputs: Inputs
+    cluster: ClusterFacts
+    facts: StackFacts
+    reachable: bool
+    decisions: dict[str, adoption.Decision]
+    pending: dict[str, str | None] = field(default_factory=dict)
+    withheld: list[str] = field(default_factory=list)
+    adopted: dict[str, adoption.Decision] = field(default_factory=dict)
+
+    def compose(self, component: Component) -> None:
+        """Compose component into facts, or say why not."""
+        key = component.resource_key
+        decision = self.decisions.get(component.key)
+        if decision is not None and decision.verdict == "adopted":
+            self.adopted[key] = decision
+            return
+        if decision is not None and decision.verdict != "install":
+            self.pending[key] = decision.why
+            return
+        seen = self.inputs.observed.resources.get(key)
+        release = self.decisions.get(component.inside)
+        if seen is None and release is not None and release.verdict != "install":
+            return  # made for a release the function does not install (yet)
+        self._place(component, seen)
+
+    def _place(self, component: Component, seen: ObservedResource | None) -> None:
+        """Compose the function's own release or object, once what it comes after is Ready."""
+        key, facts = component.resource_key, self.facts
+        built = component.build(self.ctx)
+        if built is None:
+            if seen is None:
+                self.withheld.append(key)
+            else:
+                facts.resources[key] = Desired(as_desired(seen.body), ready=seen.ready)
+            return
+        if seen is None and any(RESOURCE_KEYS[w] in self.withheld for w in component.watches):
+            self.withheld.append(key)
+            return
+        if seen is None:  # first composed once reachable and what it comes after is Ready
+            observed = self.inputs.observed.resources
+            blocked = _blocked(component, observed, self.cluster, self.adopted)
+            if not self.reachable or blocked:
+                self.pending[key] = ", ".join(blocked) if self.reachable else "ProviderConfigs"
+                return
+        body = _body(component, built, self.ctx, self.cluster.provider_config)
+        facts.resources[key] = Desired(body, ready=seen is not None and seen.ready, shared=True)
+
+
+def verdict(
+    installing: str | None,
+    gpus_: Condition,
+    withheld: bool,
+    stack: str,
+    adopted: list[str] | None = None,
+) -> Condition:
+    """BackendReady: installed, then GPUs a model can claim, then a gateway open to clients;
+    once installed, it names what was adopted (per cluster, what the stack runs on that the
+    function did not install)."""
+    found = verdict_installed(installing, gpus_, withheld, stack)
+    if adopted and found.reason in ("Available", "WaitingForClients"):
+        return replace(
+            found, message=f"{found.message}; adopted, not installed: {', '.join(adopted)}"
+        )
+    return found
+
+
+def verdict_installed(
+    installing: str | None, gpus_: Condition, withheld: bool, stack: str
+) -> Condition:
+    if installing:
+        return Condition("BackendReady", False, "Installing", installing)
+    if not gpus_.status and gpus_.reason != gpus.ADMIN_ACCESS_OFF_REASON:
+        return Condition("BackendReady", False, "WaitingForGPUs", gpus_.message)
+    if withheld:
+        return Condition(
+            "BackendReady",
+            False,
+            "WaitingForClients",
+            "the stack is installed; the gateway opens once an InferenceGateway publishes its "
+            "client CA",
+        )
+    return Condition(
+        "BackendReady",
+        True,
+        "Available",
+        f"the {stack} stack is installed and the gateway is open to clients",
+    )
+
+
+@functools.cache
+def components(stack: str, source: str) -> tuple[Component, ...]:
+    """The components of a stack on a cluster of this source, in table order."""
+    return tuple(
+        c for c in COMPONENTS if stack in c.stacks and (c.sources is None or source in c.sources)
+    )
+
+
+def load_balancer_annotations(inputs: Inputs, cluster: ClusterFacts) -> tuple[tuple[str, str], ...]:
+    """The cloud's annotations for the gateway's Service, except on an EnvoyProxy composed
+    without them: a live Service's load balancer type never changes, because the AWS cloud
+    provider then creates a new load balancer and leaks the old one
+    (kubernetes/cloud-provider-aws#1254)."""
+    seen = inputs.observed.resources.get("gateway-proxy")
+    if seen is None:
+        return cluster.load_balancer_annotations
+    return gateway.service_annotations(
+        seen.get("spec", "forProvider", "manifest", *gateway.SERVICE_ANNOTATIONS)
+    )
+
+
+def unplaced_gpu_plugin(inputs: Inputs) -> list[Result]:
+    """A Warning while the DRA kubelet plugin runs on no node: no GPU can be claimed."""
+    seen = inputs.observed.resources.get("dra-kubelet-plugin")
+    desired = seen.at_provider("manifest", "status", "desiredNumberScheduled") if seen else None
+    if desired != 0:
+        return []
+    return [
+        Result(
+            "Warning",
+            "no node runs the NVIDIA DRA driver's kubelet plugin, so no GPU can be claimed: "
+            f"give each GPU node the label {GPU_NODE_LABEL}=true (node-feature-discovery sets it "
+            "on nodes with an NVIDIA PCI device it runs on) or nvidia.com/gpu.present=true, and "
+            "taint it only with the key nvidia.com/gpu",
+            reason="NoGPUNodes",
+        )
+    ]
+
+
+def requirements(schemas: Mapping[str, bool]) -> dict[str, Requirement]:
+    """The fleet's InferenceGateways, once their kind is known to be installed."""
+    return {GATEWAYS: GATEWAY_KIND} if schemas.get(GATEWAY_SCHEMA) else {}
+
+
+def client_cas(inputs: Inputs) -> tuple[gateway.ClientCA, ...] | None:
+    """The InferenceGateways' client CAs: () when the kind is not installed or none published,
+    None while Crossplane has not answered."""
+    installed = inputs.schemas.get(GATEWAY_SCHEMA)
+    if installed is None:
+        return None
+    if not installed:
+        return ()
+    if GATEWAYS not in inputs.required:
+        return None
+    return gateway.client_cas(inputs.required[GATEWAYS])
+
+
+def observed_gateway(inputs: Inputs) -> tuple[str | None, str | None]:
+    """The Gateway's first address and the CA certificate trust-manager published, if seen."""
+    observed = inputs.observed.resources
+    address = None
+    gw = observed.get("gateway")
+    addresses = gw.at_provider("manifest", "status", "addresses") if gw else None
+    if isinstance(addresses, list) and addresses and isinstance(addresses[0], dict):
+        value = addresses[0].get("value")
+        address = value if isinstance(value, str) and value else None
+    ca = None
+    cm = observed.get("gateway-ca-configmap")
+    published = cm.at_provider("manifest", "data", gateway.CA_KEY) if cm else None
+    if gateway.is_public_certificate(published):
+        ca = published
+    return address, ca
+
+
+def _body(component: Component, built: dict, ctx: Context, provider_config: str) -> dict:
+    # A fixed manifest or chart values by identity (the table holds them for good), one built
+    # from the context by content.
+    made_of = None if built is component.fixed else marshal.dumps(built)
+    return BODIES.item(
+        ctx.xr,
+        (component.key, provider_config, ctx.source, made_of),
+        lambda: _make_body(component, built, ctx, provider_config),
+    )
+
+
+def _make_body(component: Component, built: dict, ctx: Context, provider_config: str) -> dict:
+    if component.chart:
+        return kube.release(
+            ctx.xr,
+            component.key,
+            CHARTS[component.key],
+            provider_config,
+            built,
+            wait=component.wait,
+        )
+    policies = NO_DELETE if ctx.source in component.left_on else component.policies
+    return kube.manifest_object(
+        ctx.xr,
+        component.key,
+        built,
+        provider_config,
+        policies=list(policies) if policies else None,
+        ready_when=component.ready_when,
+        watch=component.key.startswith("gateway"),
+    )
+
+
+@dataclass
+class _Adopting:
+    """On a cluster someone else runs (a provisioned one starts empty), what is found there
+    decides, before an adoptable component is first installed; what was composed to look stays."""
+
+    inputs: Inputs
+    provider_config: str
+    facts: StackFacts
+    reachable: bool
+
+    def decide(self, component: Component) -> adoption.Decision | None:
+        """Look for the component, and say what was found; None when there is nothing to
+        decide. A detector once observed is kept, whatever happens to the component."""
+        if component.key not in adoption.DETECTORS:
+            return None
+        if self.inputs.xr.spec.cluster.source != EXISTING:
+            return None
+        observed = self.inputs.observed.resources
+        guards, decision, warnings = conflicts.compose(
+            self.inputs.xr.name,
+            component.key,
+            self.provider_config,
+            observed,
+            self.inputs.required,
+            self._detect(component),
+        )
+        self.facts.resources |= guards
+        self.facts.results += warnings
+        return decision
+
+    def _detect(self, component: Component) -> adoption.Decision | None:
+        """The detector's decision and what is composed beside an adopted component."""
+        observed, facts = self.inputs.observed.resources, self.facts
+        key = adoption.detector_key(component.key)
+        beside_keys = adoption.beside_keys(component.key)
+        seen = observed.get(key)
+        if component.resource_key in observed or not self.reachable:
+            # Installed by the function: its own for good. What was composed for the decision
+            # stays as it is (only a change of spec removes anything).
+            facts.resources |= looking.kept((key, *beside_keys), observed)
+            if component.resource_key not in observed and looking.marked_adopted(seen):
+                return adoption.Decision("adopted", ready=True)  # until it can look again
+            return None
+        members = self.inputs.required.get(adoption.members_key(component.key))
+        adopted_before = bool(beside_keys) and all(k in observed for k in beside_keys)
+        decision = adoption.decide(component.key, seen, members, adopted_before)
+        xr = self.inputs.xr.name
+        facts.resources[key] = adoption.detector(xr, component.key, self.provider_config, decision)
+        facts.results += adoption.results(component.key, decision)
+        if decision.verdict == "adopted":
+            for wired, body in adoption.beside(xr, component.key, self.provider_config).items():
+                facts.resources[wired] = Desired(
+                    body, ready=_ready(observed.get(wired)), shared=True
+                )
+        for wired in (k for k in beside_keys if decision.verdict != "adopted" and k in observed):
+            # Composed while it was adopted: kept as it is (only a change of spec removes).
+            facts.resources[wired] = Desired(
+                as_desired(observed[wired].body), ready=observed[wired].ready
+            )
+        return decision
+
+
+def adoption_requirements(
+    xr: InferenceCluster, observed: Mapping[str, ObservedResource]
+) -> dict[str, Requirement]:
+    """The objects each collection detector found, while its answer still decides something:
+    observed, and the component not installed by the function yet."""
+    if xr.spec.cluster.source != EXISTING:
+        return {}
+    undecided = [
+        c
+        for c in components(xr.spec.stack, EXISTING)
+        if c.key in adoption.DETECTORS and c.resource_key not in observed
+    ]
+    wanted = {
+        adoption.members_key(c.key): adoption.requirement(xr.name, c.key)
+        for c in undecided
+        if adoption.DETECTORS[c.key].labels and adoption.detector_key(c.key) in observed
+    }
+    for c in undecided:
+        wanted |= conflicts.requirements(xr.name, c.key, observed)
+    return wanted
+
+
+def _blocked(
+    component: Component, observed, cluster: ClusterFacts, adopted: dict[str, adoption.Decision]
+) -> list[str]:
+    """What a component not composed yet still waits for (an adopted component: what stands
+    for it)."""
+    needs = (*component.after, *component.watches)
+    blocked = [
+        d
+        for d in needs
+        if not _stands(adopted.get(RESOURCE_KEYS[d])) and not _ready(observed.get(RESOURCE_KEYS[d]))
+    ]
+    if component.key == DRA_DRIVER:  # the node driver a cloud installs itself comes first
+        blocked += [k for k in cluster.nvidia_driver_installers if not _ready(observed.get(k))]
+    return blocked
+
+
+def _stands(adopted: adoption.Decision | None) -> bool:
+    """Whether an adopted component is ready to stand in for the release not installed."""
+    return adopted is not None and adopted.ready
+
+
+def _adopted_names(table, adopted: dict[str, adoption.Decision]) -> list[str]:
+    """Each adopted component of the table and whose it is, as BackendReady names them."""
+    return [
+        f"{c.key} ({adopted[c.resource_key].owner or 'adopted earlier'})"
+        for c in table
+        if c.resource_key in adopted
+    ]
+
+
+def _ready(seen) -> bool:
+    return seen is not None and seen.ready
