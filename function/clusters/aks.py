@@ -27,13 +27,17 @@ from function.clusters.base import (
 )
 from function.clusters.facts import ClusterFacts
 from function.models import AKS
-from function.serving.components import GPU_TOLERATION, RESOURCE_KEYS
 from function.versions import (
     AKS_SYSTEM_VM_SIZE,
     CLOUD_CHARTS,
     IMAGES,
     NIC_CLUSTER_POLICY_IMAGES,
     Image,
+)
+from function.workload import (
+    GATEWAY_LOAD_BALANCER,
+    GPU_TOLERATION,
+    NODE_FEATURE_DISCOVERY_RELEASE,
 )
 
 AZURE = "azure.m.upbound.io/v1beta1"
@@ -381,7 +385,7 @@ class AKSCluster:
             "the cluster's identity and the subnet id",
         )
         # The gateway's load balancer goes while the identity may still manage the subnet.
-        c.outlives.append((SUBNET_ROLE, RESOURCE_KEYS["gateway-load-balancer"]))
+        c.outlives.append((SUBNET_ROLE, GATEWAY_LOAD_BALANCER))
 
     # --- InfiniBand -----------------------------------------------------------------------------
 
@@ -431,7 +435,7 @@ class AKSCluster:
             "nfd": {"enabled": False, "deployNodeFeatureRules": True},
         }
         # The NodeFeatureRule needs NFD's CRDs: after the stack's node-feature-discovery.
-        after = (RESOURCE_KEYS["node-feature-discovery"],)
+        after = (NODE_FEATURE_DISCOVERY_RELEASE,)
         self.cloud.install("network-operator", provider_config, values, after)
 
     def nic_cluster_policy(self, provider_config: str | None, pools: list[str]) -> None:

@@ -24,13 +24,13 @@ from function.clusters.base import (
 from function.clusters.facts import ClusterFacts
 from function.models import EKS
 from function.output import Result
-from function.serving.components import RESOURCE_KEYS
 from function.versions import (
     EKS_ADDONS,
     EKS_GPU_AMI,
     EKS_SYSTEM_AMI,
     EKS_SYSTEM_INSTANCE_TYPE,
 )
+from function.workload import GATEWAY_LOAD_BALANCER
 
 EKS_API = "eks.aws.m.upbound.io/v1beta1"
 IAM = "iam.aws.m.upbound.io/v1beta1"
@@ -187,7 +187,7 @@ class EKSCluster:
         billing. The node role outlives the node groups; each Pod Identity role outlives its
         association and what runs with it (the EFS CSI add-on, the cluster-autoscaler release)."""
         users = {
-            "cluster": ["cluster", RESOURCE_KEYS["gateway-load-balancer"]],
+            "cluster": ["cluster", GATEWAY_LOAD_BALANCER],
             "node": sorted(node_groups),
             "efs-csi": ["pod-identity-efs-csi", "addon-aws-efs-csi-driver"],
             "cluster-autoscaler": [

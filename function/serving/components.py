@@ -18,6 +18,7 @@ from function import names, wire
 from function.models import CLOUD_BLOCKS
 from function.serving import gateway, gpus, modelexpress_crds
 from function.versions import CHARTS, IMAGES
+from function.workload import GATEWAY_LOAD_BALANCER, GPU_TOLERATION
 
 STANDARD, DYNAMO = "Standard", "Dynamo"
 BOTH = frozenset({STANDARD, DYNAMO})
@@ -29,7 +30,6 @@ OBSERVE = ("Observe",)
 OBSERVE_DELETE = ("Observe", "Delete")
 # Everything but Delete: the object is the function's to make and keep, not to remove.
 NO_DELETE = ("Observe", "Create", "Update", "LateInitialize")
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 CRDS = Path(__file__).parent / "crds"
 MODELEXPRESS = "modelexpress-server"
 MODELEXPRESS_PORT = 8001
@@ -534,7 +534,7 @@ def table() -> tuple[Component, ...]:
         # A cloud's load balancer outlives its cluster unless its Service goes first: deleting
         # the stack waits for it, so the cluster and its network are deleted after it.
         manifest(
-            "gateway-load-balancer",
+            GATEWAY_LOAD_BALANCER,
             gateway.load_balancer(),
             after=("envoy-gateway",),
             watches=("gateway",),

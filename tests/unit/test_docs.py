@@ -9,7 +9,7 @@ import pytest
 
 from function import models
 from function.clusters import aks, base, gke, nebius
-from function.serving.components import GPU_TOLERATION
+from function.workload import GPU_TOLERATION
 from tests.conftest import ROOT
 
 DOCS = ROOT / "docs"
