@@ -16,7 +16,7 @@ import yaml
 
 from function import names, wire
 from function.models import CLOUD_BLOCKS
-from function.serving import gateway, gpus, modelexpress_crds
+from function.serving import drains, gateway, gpus, modelexpress_crds
 from function.versions import CHARTS, IMAGES
 from function.workload import GATEWAY_LOAD_BALANCER, GPU_TOLERATION
 
@@ -109,6 +109,16 @@ def _crd(file: str) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+# Pod Security admission (kubernetes.io/docs/concepts/security/pod-security-admission): a cluster
+# that enforces baseline or restricted by default (Talos, hardened distributions) refuses a pod
+# that mounts host paths or runs privileged unless its namespace says so. NFD's worker mounts
+# /boot, /sys, /usr/lib and /etc of the host (node-feature-discovery 0.18.3 templates/worker.yaml);
+# the DRA driver's kubelet plugin runs privileged (nvidia-dra-driver-gpu 25.12.0
+# templates/kubeletplugin.yaml). The GPU probes need nothing above baseline and say so.
+PRIVILEGED = {"pod-security.kubernetes.io/enforce": "privileged"}
+BASELINE = {"pod-security.kubernetes.io/enforce": "baseline"}
+
+
 def namespace(name: str, labels: dict | None = None) -> dict:
     meta: dict = {"name": name}
     if labels:
@@ -128,8 +138,40 @@ def dra_driver_values(ctx: Context) -> dict:
     return values
 
 
+def _cert_manager(name: str) -> dict:
+    """One of cert-manager's Deployments, drain-safe: its webhook refuses every cert-manager write
+    while down, cainjector keeps webhooks' caBundles in step with renewals."""
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": "mp-cert-manager"}
+    return drains.chart_values(labels)
+
+
+CERT_MANAGER_VALUES = {
+    # CRDs outlive the chart: an uninstall never takes Certificates with it.
+    "crds": {"enabled": True, "keep": True},
+    "enableCertificateOwnerRef": True,
+    **_cert_manager("cert-manager"),
+    "webhook": _cert_manager("webhook"),
+    "cainjector": _cert_manager("cainjector"),
+}
+
 AI_GATEWAY_CONTROLLER = "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local"
 ENVOY_GATEWAY_VALUES = {
+    # Two controllers: each serves the proxies their configuration (a proxy that starts while
+    # none runs stays not Ready; gateway-helm v1.8.3 leader election keeps one writing), spread,
+    # under a budget (the chart's default, minAvailable 0, makes none).
+    "deployment": {
+        "replicas": drains.REPLICAS,
+        "pod": {
+            "topologySpreadConstraints": drains.spread(
+                {
+                    "control-plane": "envoy-gateway",
+                    "app.kubernetes.io/name": "gateway-helm",
+                    "app.kubernetes.io/instance": "mp-envoy-gateway",
+                }
+            )
+        },
+    },
+    "podDisruptionBudget": dict(drains.BUDGET),
     "config": {
         "envoyGateway": {
             "extensionApis": {"enableBackend": True},
@@ -156,6 +198,33 @@ ENVOY_GATEWAY_VALUES = {
                 ],
             },
         }
+    },
+}
+
+# ai-gateway-helm v1.1.0's pod webhook (fail-closed for every pod Envoy Gateway manages) serves a
+# certificate. By default the chart makes it inside Helm (templates/admission_webhook.yaml:
+# genSignedCert for 365 days, handed back by `lookup` on every upgrade) and nothing renews it: a
+# year after install no proxy pod could start. With certManager.enable the chart's Certificate,
+# signed by its own self-signed Issuer, is renewed by cert-manager (90 days, a third before the
+# end) and cainjector keeps the webhook's caBundle in step. The Secret gets a new name: the old
+# release's Secret of the chart's default name is deleted by the upgrade that makes the
+# Certificate, and cert-manager would issue into it as Helm deletes it; under a new name the
+# controller's pods roll to it once cert-manager has written it.
+AI_GATEWAY_WEBHOOK_SECRET = "mp-ai-gateway-webhook-tls"  # noqa: S105 - a Secret's name
+AI_GATEWAY_POD_LABELS = {
+    # The chart's selector labels (templates/_helpers.tpl controller.selectorLabels).
+    "app.kubernetes.io/name": "ai-gateway-helm",
+    "app.kubernetes.io/instance": "mp-ai-gateway",
+}
+AI_GATEWAY_VALUES = {
+    "controller": {
+        "logRequestHeaderAttributes": "x-modelplane-caller:caller",
+        # Every new proxy pod needs its webhook: two, spread, one at a time through a drain.
+        **drains.chart_values(AI_GATEWAY_POD_LABELS),
+        "mutatingWebhook": {
+            "tlsCertSecretName": AI_GATEWAY_WEBHOOK_SECRET,
+            "certManager": {"enable": True},
+        },
     }
 }
 
@@ -170,6 +239,9 @@ ENVOY_GATEWAY_VALUES = {
 # beside it, the GPU Operator then reads its GPUs as gone and removes its operands).
 NFD_VALUES = {
     "postDeleteCleanup": False,
+    # Without its master a new GPU node gets no labels, so no DRA plugin and no claimable GPUs:
+    # two (leader elected), under the chart's budget (minAvailable 1).
+    "master": {"replicaCount": drains.REPLICAS, "podDisruptionBudget": {"enable": True}},
     "worker": {
         "tolerations": [GPU_TOLERATION],
         "config": {"sources": {"pci": {"deviceLabelFields": ["vendor"]}}},
@@ -379,12 +451,7 @@ def table() -> tuple[Component, ...]:
     )
     return (
         # Certificates, trust, and the namespaces the stack's own objects live in.
-        chart(
-            "cert-manager",
-            # CRDs outlive the chart: an uninstall never takes Certificates with it.
-            {"crds": {"enabled": True, "keep": True}, "enableCertificateOwnerRef": True},
-            wait=True,
-        ),
+        chart("cert-manager", CERT_MANAGER_VALUES, wait=True),
         # On an Existing cluster it may be there already, holding what others put there (a
         # trust-manager reading the gateway's CA there): taken up, never deleted.
         manifest(
@@ -437,13 +504,25 @@ def table() -> tuple[Component, ...]:
         chart("ai-gateway-crds", {}, wait=True, inside="envoy-gateway"),
         chart(
             "ai-gateway",
-            {"controller": {"logRequestHeaderAttributes": "x-modelplane-caller:caller"}},
-            after=("ai-gateway-crds", "envoy-gateway"),
+            AI_GATEWAY_VALUES,
+            # Its webhook's certificate is a cert-manager Certificate.
+            after=("ai-gateway-crds", "envoy-gateway", "cert-manager"),
         ),
         # GPUs through DRA, discovered by node-feature-discovery.
-        chart("node-feature-discovery", NFD_VALUES),
+        # Its namespace is made first, to carry the Pod Security label its worker needs; on a
+        # cluster someone else runs it may be there already: taken up (its labels merged),
+        # never deleted.
         manifest(
-            "dra-driver-namespace", namespace("nvidia-dra-driver"), inside="nvidia-dra-driver"
+            "nfd-namespace",
+            namespace(CHARTS["node-feature-discovery"].namespace, PRIVILEGED),
+            inside="node-feature-discovery",
+            left_on=frozenset({EXISTING}),
+        ),
+        chart("node-feature-discovery", NFD_VALUES, after=("nfd-namespace",)),
+        manifest(
+            "dra-driver-namespace",
+            namespace(CHARTS["nvidia-dra-driver"].namespace, PRIVILEGED),
+            inside="nvidia-dra-driver",
         ),
         manifest(
             "dra-driver-critical-pods-quota",
@@ -455,7 +534,7 @@ def table() -> tuple[Component, ...]:
         # Where each GPU pool's probe claims its GPUs with admin access (function/serving/gpus.py).
         manifest(
             gpus.NAMESPACE_KEY,
-            namespace(gpus.NAMESPACE, {gpus.ADMIN_ACCESS_LABEL: "true"}),
+            namespace(gpus.NAMESPACE, {gpus.ADMIN_ACCESS_LABEL: "true", **BASELINE}),
             after=("nvidia-dra-driver",),
         ),
         # On a cluster someone else runs, whether any node took the kubelet plugin (its GPU nodes

@@ -9,11 +9,14 @@
   references. Without any, the Gateway is not composed at all: closed, and the hostname withheld.
 """
 
+import base64
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from function import names
+from function.output import Result
+from function.serving import drains
 from function.versions import CHARTS
 
 NAMESPACE = names.SYSTEM_NAMESPACE
@@ -84,6 +87,33 @@ def client_cas(gateways: list[dict]) -> tuple[ClientCA, ...]:
     return tuple(sorted(out, key=lambda c: c.name))
 
 
+def fingerprint(pem: str) -> str:
+    """The SHA-256 fingerprint of a PEM bundle's first certificate (its DER), as openssl prints
+    it, shortened: enough to tell two CA certificates apart in an event."""
+    body = pem.split(PEM_CERTIFICATE, 1)[1].split("-----END", 1)[0]
+    der = base64.b64decode("".join(body.split()), validate=False)
+    digest = hashlib.sha256(der).hexdigest().upper()
+    return ":".join(digest[i : i + 2] for i in range(0, 16, 2))
+
+
+def ca_changed(published: object, observed: str | None) -> list[Result]:
+    """A Normal result when the CA trust-manager publishes is not the one status carries: the
+    CA was renewed (or made anew), and every InferenceGateway must trust the new one."""
+    if observed is None or not is_public_certificate(published) or published == observed:
+        return []
+    return [
+        Result(
+            "Normal",
+            f"the gateway's CA certificate changed ({fingerprint(published)}... -> "
+            f"{fingerprint(observed)}...): status.gateway.caCertificate carries the new one. "
+            "cert-manager renews it with the same key, so certificates it signed before still "
+            "verify; an InferenceGateway that pinned the old certificate must take the new one "
+            "before the old one expires",
+            reason="GatewayCAChanged",
+        )
+    ]
+
+
 # --- manifests -----------------------------------------------------------------------------------
 
 
@@ -92,9 +122,13 @@ def selfsigned_issuer() -> dict:
 
 
 def ca_certificate(xr: str) -> dict:
-    """A long-lived ECDSA CA, rotated by cert-manager a year before it expires."""
+    """A long-lived ECDSA CA, renewed by cert-manager a year before it expires, with the same
+    key: the Bundle publishes only the renewed certificate, and a serving certificate signed
+    before (valid for up to 90 days more) must still chain to it. Same subject, same key, so
+    either CA certificate verifies what the other signed (RFC 5280 path building matches the
+    issuer's name and key identifier, both unchanged)."""
     spec = {"isCA": True, "commonName": f"modelplane cluster CA {xr}"[:64]}
-    return _certificate(CA, SELF_SIGNED_ISSUER, "87600h", "8760h", spec)
+    return _certificate(CA, SELF_SIGNED_ISSUER, "87600h", "8760h", spec, rotation="Never")
 
 
 def ca_issuer() -> dict:
@@ -105,9 +139,16 @@ def serving_certificate(host: str) -> dict:
     return _certificate(SERVING_SECRET, CA, "2160h", "720h", {"dnsNames": [host]})
 
 
-def _certificate(name: str, issuer: str, duration: str, renew_before: str, spec: dict) -> dict:
-    """An ECDSA Certificate in the gateway namespace, its Secret of the same name, its key rotated
-    with it, signed by an Issuer there."""
+def _certificate(
+    name: str,
+    issuer: str,
+    duration: str,
+    renew_before: str,
+    spec: dict,
+    rotation: str = "Always",
+) -> dict:
+    """An ECDSA Certificate in the gateway namespace, its Secret of the same name, signed by an
+    Issuer there; its key is rotated with it unless rotation says Never."""
     return {
         "apiVersion": CERT_MANAGER,
         "kind": "Certificate",
@@ -117,7 +158,7 @@ def _certificate(name: str, issuer: str, duration: str, renew_before: str, spec:
             "secretName": name,
             "duration": duration,
             "renewBefore": renew_before,
-            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": rotation},
             "issuerRef": {"name": issuer, "kind": "Issuer", "group": "cert-manager.io"},
         },
     }
@@ -160,17 +201,35 @@ def client_ca_configmap(cas: tuple[ClientCA, ...]) -> dict:
     }
 
 
+# Envoy Gateway v1.8.3 labels every proxy pod of a Gateway with its owner's name and namespace
+# (internal/infrastructure/kubernetes/proxy/resource.go envoyLabels, OwningGatewayNameLabel).
+PROXY_POD_LABELS = {
+    "gateway.envoyproxy.io/owning-gateway-name": GATEWAY,
+    "gateway.envoyproxy.io/owning-gateway-namespace": NAMESPACE,
+}
+
+
 def envoy_proxy(service_annotations: Iterable[tuple[str, str]] = ()) -> dict:
     """The data plane's Service keeps client traffic policy Cluster (Nebius rejects Local) and
-    carries the annotations the cloud's load balancer wants (an NLB on EKS)."""
+    carries the annotations the cloud's load balancer wants (an NLB on EKS). Two proxies,
+    spread, and a disruption budget that lets a drain take one at a time (Envoy Gateway's
+    default is one replica and no budget: every drain of its node took the gateway down)."""
     service: dict = {"externalTrafficPolicy": "Cluster"}
     if service_annotations:
         service["annotations"] = dict(service_annotations)
+    kubernetes = {
+        "envoyService": service,
+        "envoyDeployment": {
+            "replicas": drains.REPLICAS,
+            "pod": {"topologySpreadConstraints": drains.spread(PROXY_POD_LABELS)},
+        },
+        "envoyPDB": dict(drains.BUDGET),
+    }
     return {
         "apiVersion": ENVOY_GATEWAY,
         "kind": "EnvoyProxy",
         "metadata": {"name": GATEWAY, "namespace": NAMESPACE},
-        "spec": {"provider": {"type": "Kubernetes", "kubernetes": {"envoyService": service}}},
+        "spec": {"provider": {"type": "Kubernetes", "kubernetes": kubernetes}},
     }
 
 

@@ -102,6 +102,8 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     facts.outlives, facts.gpus = probes.outlives, probes.condition
 
     facts.address, facts.ca_certificate = observed_gateway(inputs)
+    published = (inputs.observed.status.get("gateway") or {}).get("caCertificate")
+    facts.results += gateway.ca_changed(published, facts.ca_certificate)
     enforcing = observed.get(RESOURCE_KEYS["gateway-client-auth"])
     facts.clients_enforced = enforcing is not None and enforcing.ready
     facts.results += unplaced_gpu_plugin(inputs)

@@ -38,7 +38,11 @@ def test_each_gpu_pool_gets_a_probe_that_claims_its_class_gpus_with_admin_access
     namespace = manifest(out, gpus.NAMESPACE_KEY)
     assert namespace["metadata"] == {
         "name": "modelplane-gpu-probe",
-        "labels": {"resource.kubernetes.io/admin-access": "true"},
+        # Admin access to the GPUs, and nothing above baseline Pod Security.
+        "labels": {
+            "resource.kubernetes.io/admin-access": "true",
+            "pod-security.kubernetes.io/enforce": "baseline",
+        },
     }
     template = manifest(out, gpus.claim_key(POOL))
     # Named by what it asks for: a claim template cannot be updated, a new class gets a new one.

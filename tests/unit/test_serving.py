@@ -3,6 +3,8 @@
 import copy
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 
 from function import kube, serving
 from function.compose import compose_cluster
@@ -206,6 +208,102 @@ def test_a_new_cluster_ca_reaches_the_status():
     assert after.status["gateway"]["caCertificate"].startswith(
         "-----BEGIN CERTIFICATE-----\nMIIB\n"
     )
+
+
+def test_the_gateway_ca_keeps_its_key_when_renewed_and_the_xr_says_it_changed():
+    """The Bundle publishes only the renewed CA while the serving certificate is still signed
+    by the one before: the same key keeps that chain whole. A CA that changes is said once, as
+    an event naming both fingerprints; an unchanged one says nothing."""
+    xr, classes, out = converged()
+    ca = out.resources["gateway-ca-certificate"].body["spec"]["forProvider"]["manifest"]
+    serving = out.resources["gateway-serving-certificate"].body["spec"]["forProvider"]["manifest"]
+    assert ca["spec"]["privateKey"]["rotationPolicy"] == "Never"
+    assert serving["spec"]["privateKey"]["rotationPolicy"] == "Always"
+    assert not [r for r in out.results if r.reason == "GatewayCAChanged"]
+
+    observed = reported(out)
+    cm = observed.resources["gateway-ca-configmap"].body["status"]["atProvider"]["manifest"]
+    assert out.status["gateway"]["caCertificate"] == cm["data"]["ca.crt"]
+    cm["data"]["ca.crt"] = FLEET_GATEWAY_CA  # another real certificate: the CA renewed
+    after = compose_cluster(
+        xr, required(classes, [inference_gateway("fleet-a")]), observed, INSTALLED
+    )
+    [changed] = [r for r in after.results if r.reason == "GatewayCAChanged"]
+    assert changed.severity == "Normal"
+    before, now = gateway.fingerprint(CLUSTER_CA), gateway.fingerprint(FLEET_GATEWAY_CA)
+    assert before != now
+    assert f"({before}... -> {now}...)" in changed.message
+    assert after.status["gateway"]["caCertificate"] == FLEET_GATEWAY_CA
+    # Once the status carries it, nothing more is said.
+    again = compose_cluster(
+        xr,
+        required(classes, [inference_gateway("fleet-a")]),
+        sim.Observed(resources=observed.resources, status=after.status),
+        INSTALLED,
+    )
+    assert not [r for r in again.results if r.reason == "GatewayCAChanged"]
+
+
+def test_the_fingerprint_is_the_certificates_sha256():
+    cert = x509.load_pem_x509_certificate(CLUSTER_CA.encode())
+    digest = cert.fingerprint(hashes.SHA256()).hex().upper()
+    assert gateway.fingerprint(CLUSTER_CA).replace(":", "") == digest[:16]
+
+
+def test_the_gateway_and_the_webhook_its_proxies_need_survive_a_drain():
+    """Two Envoy proxies and two AI Gateway controllers (whose fail-closed webhook every new
+    proxy pod needs), spread over nodes and zones as far as the nodes allow, each under a
+    budget that lets a drain evict one at a time."""
+    _, _, out = converged()
+    proxy = out.resources["gateway-proxy"].body["spec"]["forProvider"]["manifest"]
+    kubernetes = proxy["spec"]["provider"]["kubernetes"]
+    assert kubernetes["envoyDeployment"]["replicas"] == 2
+    assert kubernetes["envoyPDB"] == {"maxUnavailable": 1}
+    spread = kubernetes["envoyDeployment"]["pod"]["topologySpreadConstraints"]
+    assert [s["topologyKey"] for s in spread] == [
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    ]
+    assert all(s["whenUnsatisfiable"] == "ScheduleAnyway" for s in spread)
+    assert all(s["labelSelector"]["matchLabels"] == gateway.PROXY_POD_LABELS for s in spread)
+    ai = out.resources["release-ai-gateway"].body["spec"]["forProvider"]["values"]["controller"]
+    assert ai["replicaCount"] == 2
+    assert ai["podDisruptionBudget"] == {"enabled": True, "maxUnavailable": 1}
+
+
+def test_the_ai_gateway_webhook_certificate_comes_from_cert_manager():
+    by_key = {c.key: c for c in COMPONENTS}
+    assert "cert-manager" in by_key["ai-gateway"].after
+    _, _, out = converged()
+    values = out.resources["release-ai-gateway"].body["spec"]["forProvider"]["values"]
+    webhook = values["controller"]["mutatingWebhook"]
+    assert webhook["certManager"] == {"enable": True}
+    # Not the chart's default name, which the old release's Secret has.
+    assert webhook["tlsCertSecretName"] == "mp-ai-gateway-webhook-tls"
+
+
+@pytest.mark.parametrize("source", ["existing", "eks"])
+def test_privileged_node_agents_get_a_namespace_that_admits_them(source):
+    """NFD's worker mounts host paths and the DRA kubelet plugin runs privileged: their
+    namespaces say so to Pod Security admission, made before their releases; the GPU probes
+    need no more than baseline. On a cluster someone else runs, NFD's namespace is taken up,
+    never deleted."""
+    xr, classes = example(source)
+    out = sim.converge(xr, required(classes, [inference_gateway("fleet-a")]), None, INSTALLED)
+    privileged = {"pod-security.kubernetes.io/enforce": "privileged"}
+    for key, name in (
+        ("nfd-namespace", "node-feature-discovery"),
+        ("dra-driver-namespace", "nvidia-dra-driver"),
+    ):
+        manifest = out.resources[key].body["spec"]["forProvider"]["manifest"]
+        assert manifest["metadata"] == {"name": name, "labels": privileged}
+    by_key = {c.key: c for c in COMPONENTS}
+    assert "nfd-namespace" in by_key["node-feature-discovery"].after
+    policies = out.resources["nfd-namespace"].body["spec"].get("managementPolicies")
+    if source == "existing":
+        assert policies == ["Observe", "Create", "Update", "LateInitialize"]
+    else:
+        assert policies is None
 
 
 def test_no_secret_is_observed_and_no_private_key_reaches_the_status():

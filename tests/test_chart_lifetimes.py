@@ -1,0 +1,177 @@
+"""A year in production, read from what the real charts install with the function's values.
+
+- No certificate a chart makes inside Helm (genCA, genSignedCert) expires within three years: Helm
+  never renews one (`lookup` hands the same Secret back on every upgrade), so one that expires
+  stops what relies on it on that day. A certificate that must expire sooner comes from
+  cert-manager, which renews it: each chart's cert-manager Certificate names an Issuer the same
+  rendering or the function installs.
+- The gateway survives a drain: the AI Gateway's controller, whose fail-closed webhook every new
+  Envoy proxy pod needs, runs two replicas, spread, under a disruption budget that selects them.
+"""
+
+import base64
+import datetime
+import re
+
+import pytest
+from cryptography import x509
+
+from function.serving import drains
+from function.serving.components import AI_GATEWAY_VALUES, AI_GATEWAY_WEBHOOK_SECRET
+from tests import charts
+from tests.test_charts import CHECKED, RELEASES, own_release
+
+# A cluster is planned to run for years; a certificate that lives less needs a renewer.
+THREE_YEARS = datetime.timedelta(days=3 * 365)
+PEM = re.compile(r"-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]+-----END CERTIFICATE-----")
+
+
+def _strings(node, path=""):
+    """Every string in a manifest, with where it is."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _strings(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _strings(v, f"{path}[{i}]")
+    elif isinstance(node, str):
+        yield path, node
+
+
+def _pem_in(text: str) -> list[str]:
+    """The PEM certificates a string holds, as written or base64-encoded (Secret data,
+    caBundle)."""
+    found = PEM.findall(text)
+    if not found and len(text) > 200 and re.fullmatch(r"[A-Za-z0-9+/=\s]+", text):
+        try:
+            found = PEM.findall(base64.b64decode(text).decode(errors="replace"))
+        except ValueError:
+            found = []
+    return found
+
+
+def made_in_helm(manifests) -> list[tuple[str, datetime.datetime]]:
+    """(where, notAfter) of every certificate in a rendering: none but those Helm made."""
+    out = []
+    for m in manifests:
+        where = f"{m['kind']} {m['metadata'].get('namespace', '')}/{m['metadata']['name']}"
+        for path, text in _strings(m):
+            for pem in _pem_in(text):
+                cert = x509.load_pem_x509_certificate(pem.encode())
+                out.append((f"{where} {path}", cert.not_valid_after_utc))
+    return out
+
+
+def _expiring(manifests) -> list[str]:
+    limit = datetime.datetime.now(datetime.UTC) + THREE_YEARS
+    return [f"{w} expires {t:%Y-%m-%d}" for w, t in made_in_helm(manifests) if t < limit]
+
+
+@pytest.mark.parametrize("chart", CHECKED)
+def test_no_certificate_a_chart_makes_in_helm_expires_within_three_years(chart):
+    for release in RELEASES[chart]:
+        expiring = _expiring(charts.template(release))
+        assert not expiring, (charts.release_name(release), expiring)
+
+
+def test_the_check_finds_the_ai_gateways_own_certificate():
+    """Without cert-manager, ai-gateway-helm v1.1.0 signs its webhook's certificate for 365
+    days inside Helm: the check sees it, so a chart that does so again fails."""
+    release = own_release("ai-gateway")
+    controller = dict(AI_GATEWAY_VALUES["controller"])
+    del controller["mutatingWebhook"]
+    default = {**release, "spec": {**release["spec"]}}
+    default["spec"]["forProvider"] = {
+        **release["spec"]["forProvider"],
+        "values": {"controller": controller},
+    }
+    expiring = _expiring(charts.template(default))
+    assert any("Secret envoy-ai-gateway-system/self-signed-cert" in e for e in expiring), expiring
+
+
+def _issuers(manifests) -> set[tuple[str, str, str]]:
+    return {
+        (m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"])
+        for m in manifests
+        if m["kind"] in ("Issuer", "ClusterIssuer")
+    }
+
+
+@pytest.mark.parametrize("chart", CHECKED)
+def test_every_certificate_a_chart_asks_of_cert_manager_has_its_issuer(chart):
+    """cert-manager renews a Certificate only through its Issuer: the chart installs it (a
+    self-signed one for its webhook), none is left to the user."""
+    for release in RELEASES[chart]:
+        manifests = charts.template(release)
+        issuers = _issuers(manifests)
+        for m in manifests:
+            if m["kind"] != "Certificate":
+                continue
+            ref = m["spec"]["issuerRef"]
+            kind = ref.get("kind", "Issuer")
+            ns = m["metadata"].get("namespace", "") if kind == "Issuer" else ""
+            assert (kind, ns, ref["name"]) in issuers, (charts.release_name(release), m)
+
+
+def _pods_of(manifests, kind: str, name: str) -> tuple[dict, dict]:
+    [found] = [m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == name]
+    return found, found["spec"]["template"]
+
+
+def test_the_ai_gateway_webhook_is_served_from_a_certificate_cert_manager_renews():
+    manifests = charts.template(own_release("ai-gateway"))
+    [cert] = [m for m in manifests if m["kind"] == "Certificate"]
+    [hook] = [m for m in manifests if m["kind"] == "MutatingWebhookConfiguration"]
+    deployment, pod = _pods_of(manifests, "Deployment", "ai-gateway-controller")
+    assert cert["spec"]["secretName"] == AI_GATEWAY_WEBHOOK_SECRET
+    # cainjector keeps the webhook's caBundle in step with each renewal.
+    ns = cert["metadata"]["namespace"]
+    assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        f"{ns}/{cert['metadata']['name']}"
+    )
+    assert hook["webhooks"][0]["failurePolicy"] == "Fail"
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["certs"]["secret"]["secretName"] == AI_GATEWAY_WEBHOOK_SECRET
+    # No Secret of the chart's own making is left.
+    assert not [m for m in manifests if m["kind"] == "Secret"]
+    assert deployment["spec"]["replicas"] == drains.REPLICAS
+
+
+# What a drain must never take all of, by the function's release: each Deployment on the request
+# path (the Envoy Gateway controller serves every proxy its configuration), or whose webhook or
+# work a new pod or node needs (the AI Gateway's pod webhook, cert-manager's webhook and cainjector,
+# NFD's master labelling new GPU nodes).
+DRAIN_SAFE = {
+    "cert-manager": ("mp-cert-manager", "mp-cert-manager-webhook", "mp-cert-manager-cainjector"),
+    "envoy-gateway": ("envoy-gateway",),
+    "ai-gateway": ("ai-gateway-controller",),
+    "node-feature-discovery": ("mp-node-feature-discovery-master",),
+}
+
+
+def _evictable(budget: dict, replicas: int) -> int:
+    spec = budget["spec"]
+    if "maxUnavailable" in spec:
+        return int(spec["maxUnavailable"])
+    return replicas - int(spec["minAvailable"])
+
+
+@pytest.mark.parametrize("component", sorted(DRAIN_SAFE))
+def test_what_the_stack_needs_survives_a_drain(component):
+    """Two replicas, a budget that selects them and lets a drain evict exactly one at a time
+    (never zero: a drain blocked for ever stalls the node upgrade), and spread constraints, where
+    set, that count its own pods."""
+    manifests = charts.template(own_release(component))
+    budgets = [m for m in manifests if m["kind"] == "PodDisruptionBudget"]
+    for name in DRAIN_SAFE[component]:
+        deployment, pod = _pods_of(manifests, "Deployment", name)
+        labels = pod["metadata"]["labels"]
+        replicas = deployment["spec"]["replicas"]
+        assert replicas == drains.REPLICAS, name
+        [budget] = [
+            b for b in budgets if b["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        ]
+        assert _evictable(budget, replicas) == 1, (name, budget["spec"])
+        for constraint in pod["spec"].get("topologySpreadConstraints") or []:
+            assert constraint["labelSelector"]["matchLabels"].items() <= labels.items(), name
+            assert constraint["whenUnsatisfiable"] == "ScheduleAnyway", name
