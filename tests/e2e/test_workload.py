@@ -35,8 +35,13 @@ import pytest
 import yaml
 
 from function import failures
+from function.serving.components import (
+    AI_GATEWAY_VALUES,
+    AI_GATEWAY_WEBHOOK_SECRET,
+    PRIVILEGED,
+)
 from function.versions import CHARTS
-from tests.charts import charts_dir, helm_bin
+from tests.charts import KUBE_VERSION, charts_dir, helm_bin
 from tests.conftest import EXAMPLES
 from tests.e2e import providers as real_providers
 from tests.e2e.controllers import StandIns
@@ -76,6 +81,11 @@ WORKLOAD_EXAMPLES = [
     E2EExample("eks", world=CAPACITY_BLOCKS),
     E2EExample("gke"),
 ]
+
+# A cluster someone else runs may be hardened: the Existing example's enforces Pod Security
+# baseline on every namespace that does not say otherwise, as Talos does by default. The DRA
+# driver's kubelet plugin (privileged) runs there only because its namespace says privileged.
+POD_SECURITY = {"existing-dynamo": "baseline"}
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,15 @@ DEVICE_PLUGIN_OFF = {
 def preinstall(state: Installed) -> None:
     """helm install of each chart PREINSTALLED names for the example, and the GPU Operator's
     device plugin, turned off on every node."""
+    # The platform team's own namespace, labelled for NFD's worker as they would on a hardened
+    # cluster.
+    state.cluster.kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "platform", "labels": PRIVILEGED},
+        }
+    )
     for pre in PREINSTALLED[state.example.name]:
         for namespace in sorted({ns for _, _, ns, _ in pre.beside}):
             state.cluster.kube.apply(
@@ -325,6 +344,7 @@ def installs(
                     tmp_path_factory.mktemp(f"workload-{example.name}"),
                     etcd,
                     prefix=f"/workload-{example.name}",
+                    pod_security=POD_SECURITY.get(example.name),
                 )
             )
             states[example.name] = Installed(
@@ -912,6 +932,168 @@ def test_a_failed_first_install_is_retried_until_it_converges(
             assert deployments and all(
                 condition(d, "Available").get("status") == "True" for d in deployments
             ), deployments
+        finally:
+            kube.delete(api, kind, name, SYSTEM_NAMESPACE)
+            with contextlib.suppress(TimeoutError):
+                wait_for(
+                    lambda: kube.get_or_none(api, kind, name, SYSTEM_NAMESPACE) is None,
+                    timeout=120,
+                    what="the Release to be uninstalled",
+                )
+            kube.delete(config["apiVersion"], config["kind"], name)
+            kube.delete("v1", "Secret", name, SYSTEM_NAMESPACE)
+
+
+AI_GATEWAY_BEFORE = {"controller": {"logRequestHeaderAttributes": "x-modelplane-caller:caller"}}
+OLD_WEBHOOK_SECRET = "self-signed-cert-for-mutating-webhook"  # noqa: S105 - a Secret's name
+
+
+def install_cert_manager_crds(wl: WorkloadCluster) -> None:
+    """cert-manager's CRDs, as the stack's cert-manager release installs them first."""
+    rendered = subprocess.run(
+        [
+            helm_bin(),
+            "template",
+            "mp-cert-manager",
+            str(charts_dir() / f"cert-manager-{CHARTS['cert-manager'].version}"),
+            "--set",
+            "crds.enabled=true",
+            "--namespace",
+            "cert-manager",
+            "--kube-version",
+            KUBE_VERSION,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    for crd in yaml.safe_load_all(rendered):
+        if crd and crd["kind"] == "CustomResourceDefinition":
+            wl.kube.apply(crd)
+    for crd in ("certificates.cert-manager.io", "issuers.cert-manager.io"):
+        wait_for(
+            lambda crd=crd: condition(
+                wl.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd),
+                "Established",
+            ).get("status")
+            == "True",
+            timeout=60,
+            what=f"{crd} to be established",
+        )
+
+
+def assert_moved(wl: Kube, namespace: str) -> None:
+    """What the AI Gateway release holds once moved to cert-manager."""
+    assert wl.get_or_none("v1", "Secret", OLD_WEBHOOK_SECRET, namespace) is None
+    cert = wl.get("cert-manager.io/v1", "Certificate", OLD_WEBHOOK_SECRET, namespace)
+    assert cert["spec"]["secretName"] == AI_GATEWAY_WEBHOOK_SECRET
+    issuer_name = cert["spec"]["issuerRef"]["name"]
+    issuer = wl.get("cert-manager.io/v1", "Issuer", issuer_name, namespace)
+    assert issuer["spec"] == {"selfSigned": {}}
+    [hook] = [
+        h
+        for h in wl.list("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
+        if h["metadata"]["name"] == f"envoy-ai-gateway-gateway-pod-mutator.{namespace}"
+    ]
+    assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        f"{namespace}/{OLD_WEBHOOK_SECRET}"
+    )
+    deployment = wl.get("apps/v1", "Deployment", "ai-gateway-controller", namespace)
+    pod = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["certs"]["secret"]["secretName"] == AI_GATEWAY_WEBHOOK_SECRET
+    assert deployment["spec"]["replicas"] == 2
+    [budget] = wl.list("policy/v1", "PodDisruptionBudget", namespace)
+    assert budget["spec"]["maxUnavailable"] == 1
+
+
+def test_the_ai_gateway_release_moves_its_webhook_certificate_to_cert_manager(
+    control_plane: ControlPlane, kube: Kube, provider_processes, tmp_path_factory
+):
+    """A live cluster's AI Gateway release, installed with v0.2.0's values (its webhook's
+    certificate signed inside Helm for 365 days), upgraded by the real provider-helm to this
+    release's: Helm deletes the Secret it made, creates the chart's Certificate and self-signed
+    Issuer, annotates the webhook for cainjector, and the controller, now two replicas under a
+    disruption budget, mounts the Secret cert-manager writes. (No cert-manager runs on kwok: that
+    it issues and renews the Certificate is cert-manager's own, docs/testing.md.)"""
+    etcd = f"http://{LOCALHOST}:{control_plane.ports.etcd}"
+    name = "e2e-ai-gateway-move"
+    chart = CHARTS["ai-gateway"]
+    namespace = chart.namespace
+    with WorkloadCluster(tmp_path_factory.mktemp("workload-move"), etcd, "/workload-move") as wl:
+        for node in ("system-0", "system-1"):
+            wl.add_node(node, {}, [], {"cpu": "8", "memory": "32Gi", "pods": "110"})
+        install_cert_manager_crds(wl)
+        kube.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+                "stringData": {"kubeconfig": wl.kubeconfig_text()},
+            }
+        )
+        config = {
+            "apiVersion": "helm.m.crossplane.io/v1beta1",
+            "kind": "ClusterProviderConfig",
+            "metadata": {"name": name},
+            "spec": {
+                "credentials": {
+                    "source": "Secret",
+                    "secretRef": {"namespace": SYSTEM_NAMESPACE, "name": name, "key": "kubeconfig"},
+                }
+            },
+        }
+        release = {
+            "apiVersion": "helm.m.crossplane.io/v1beta1",
+            "kind": "Release",
+            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+            "spec": {
+                "providerConfigRef": {"kind": "ClusterProviderConfig", "name": name},
+                "rollbackLimit": 5,
+                "forProvider": {
+                    "chart": {
+                        "name": chart.name,
+                        "repository": chart.repository,
+                        "version": chart.version,
+                    },
+                    "namespace": namespace,
+                    "values": AI_GATEWAY_BEFORE,
+                },
+            },
+        }
+        kube.apply(config)
+        kube.apply(release)
+        api, kind = release["apiVersion"], release["kind"]
+
+        def deployed(revision: int) -> dict | None:
+            got = kube.get(api, kind, name, SYSTEM_NAMESPACE)
+            at = (got.get("status") or {}).get("atProvider") or {}
+            done = ready(got) and at.get("state") == "deployed" and at.get("revision") == revision
+            return got if done else None
+
+        def status() -> str:
+            got = kube.get(api, kind, name, SYSTEM_NAMESPACE)
+            return f"{got.get('status')}\n{provider_processes.logs(20)}"
+
+        try:
+            wait_for(lambda: deployed(1), timeout=300, what="v0.2.0's release", describe=status)
+            old = wl.kube.get("v1", "Secret", OLD_WEBHOOK_SECRET, namespace)
+            assert (
+                old["metadata"]["annotations"]["meta.helm.sh/release-name"] == "e2e-ai-gateway-move"
+            )
+            assert "tls.crt" in old["data"]
+
+            kube.patch(
+                api,
+                kind,
+                name,
+                {"spec": {"forProvider": {"values": AI_GATEWAY_VALUES}}},
+                namespace=SYSTEM_NAMESPACE,
+            )
+            wait_for(lambda: deployed(2), timeout=300, what="the upgrade", describe=status)
+
+            assert_moved(wl.kube, namespace)
         finally:
             kube.delete(api, kind, name, SYSTEM_NAMESPACE)
             with contextlib.suppress(TimeoutError):

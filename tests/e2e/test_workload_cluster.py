@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from function.serving.components import PRIVILEGED
 from tests.e2e.controlplane import LOCALHOST, ControlPlane
 from tests.e2e.kube import ApiError, Kube, condition, wait_for
 from tests.e2e.workload import WorkloadCluster
@@ -177,3 +178,40 @@ def test_its_own_etcd_prefix_keeps_it_apart(workload: WorkloadCluster, kube: Kub
             "apiextensions.k8s.io/v1", "CustomResourceDefinition", "inferenceclusters.modelplane.ai"
         )
     assert os.path.exists(workload.kubeconfig)
+
+
+def test_a_hardened_cluster_refuses_a_privileged_pod_unless_its_namespace_says_so(
+    control_plane: ControlPlane, tmp_path_factory
+):
+    """pod_security="baseline" (the Existing example's, Talos's defaults) is enforced by the real
+    Pod Security admission: a privileged pod is refused in a namespace that says nothing and
+    admitted in one labelled privileged, as the DRA driver's is (function/serving/components.py
+    PRIVILEGED)."""
+    etcd = f"http://{LOCALHOST}:{control_plane.ports.etcd}"
+    cluster = WorkloadCluster(
+        tmp_path_factory.mktemp("hardened"),
+        etcd,
+        prefix="/workload-hardened",
+        pod_security="baseline",
+    )
+    with cluster:
+        kube: Kube = cluster.kube
+        privileged = {
+            "containers": [
+                {"name": "c", "image": "example.invalid/x", "securityContext": {"privileged": True}}
+            ]
+        }
+        for name, labels in (("plain", {}), ("agents", PRIVILEGED)):
+            kube.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name, "labels": labels},
+                }
+            )
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent"}, "spec": privileged}
+        with pytest.raises(ApiError) as refused:
+            kube.apply({**pod, "metadata": {"name": "agent", "namespace": "plain"}})
+        assert "violates PodSecurity" in str(refused.value), refused.value
+        kube.apply({**pod, "metadata": {"name": "agent", "namespace": "agents"}})
+        assert kube.get("v1", "Pod", "agent", "agents")["spec"]["containers"][0]["securityContext"]

@@ -89,8 +89,18 @@ class WorkloadCluster(Supervisor):
     `kube` is its cluster-admin client; `kubeconfig_text()` is what the simulated cloud publishes
     as the cluster's connection Secret (the token is cluster-admin, as a cloud's admin kubeconfig)."""
 
-    def __init__(self, workdir: Path, etcd: str, prefix: str = "/workload"):
+    def __init__(
+        self,
+        workdir: Path,
+        etcd: str,
+        prefix: str = "/workload",
+        *,
+        pod_security: str | None = None,
+    ):
+        """pod_security: the level Pod Security admission enforces on every namespace that does
+        not say otherwise (None: the API server's default, privileged)."""
         super().__init__(workdir)
+        self.pod_security = pod_security
         self.etcd, self.prefix = etcd, prefix
         self.ports = Ports()
         self.token = secrets.token_hex(16)
@@ -145,8 +155,45 @@ class WorkloadCluster(Supervisor):
                 # Privileged containers (the DRA kubelet plugin, NFD's worker...), as every cloud's
                 # clusters allow (kubeadm sets it too); the API server's default refuses them.
                 "--allow-privileged=true",
+                *self._admission_config(),
             ],
         )
+
+    def _admission_config(self) -> list[str]:
+        """A hardened cluster's Pod Security defaults, as Talos ships them (its
+        AdmissionConfiguration: enforce the level, audit and warn restricted, kube-system
+        exempt): a namespace that does not label itself gets the level."""
+        if self.pod_security is None:
+            return []
+        config = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "AdmissionConfiguration",
+            "plugins": [
+                {
+                    "name": "PodSecurity",
+                    "configuration": {
+                        "apiVersion": "pod-security.admission.config.k8s.io/v1",
+                        "kind": "PodSecurityConfiguration",
+                        "defaults": {
+                            "enforce": self.pod_security,
+                            "enforce-version": "latest",
+                            "audit": "restricted",
+                            "audit-version": "latest",
+                            "warn": "restricted",
+                            "warn-version": "latest",
+                        },
+                        "exemptions": {
+                            "usernames": [],
+                            "runtimeClasses": [],
+                            "namespaces": ["kube-system"],
+                        },
+                    },
+                }
+            ],
+        }
+        path = self.workdir / "admission.json"
+        path.write_text(json.dumps(config))
+        return [f"--admission-control-config-file={path}"]
 
     def _cm(self, binary: Path) -> None:
         self.run_kube_component(
