@@ -831,6 +831,57 @@ def test_what_the_providers_report_failing_reaches_the_xr_in_their_words(
     assert wl.get_or_none(*QUOTA[:3], QUOTA[3]) is not None
 
 
+def standalone_release(kube: Kube, wl: WorkloadCluster, name: str, for_provider: dict) -> dict:
+    """A Release of its own (no XR's) on a workload cluster, through a ClusterProviderConfig
+    with the cluster's kubeconfig; remove_standalone_release uninstalls it."""
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+            "stringData": {"kubeconfig": wl.kubeconfig_text()},
+        }
+    )
+    kube.apply(
+        {
+            "apiVersion": "helm.m.crossplane.io/v1beta1",
+            "kind": "ClusterProviderConfig",
+            "metadata": {"name": name},
+            "spec": {
+                "credentials": {
+                    "source": "Secret",
+                    "secretRef": {"namespace": SYSTEM_NAMESPACE, "name": name, "key": "kubeconfig"},
+                }
+            },
+        }
+    )
+    release = {
+        "apiVersion": "helm.m.crossplane.io/v1beta1",
+        "kind": "Release",
+        "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+        "spec": {
+            "providerConfigRef": {"kind": "ClusterProviderConfig", "name": name},
+            "rollbackLimit": 5,
+            "forProvider": for_provider,
+        },
+    }
+    kube.apply(release)
+    return release
+
+
+def remove_standalone_release(kube: Kube, name: str) -> None:
+    api, kind = "helm.m.crossplane.io/v1beta1", "Release"
+    kube.delete(api, kind, name, SYSTEM_NAMESPACE)
+    with contextlib.suppress(TimeoutError):
+        wait_for(
+            lambda: kube.get_or_none(api, kind, name, SYSTEM_NAMESPACE) is None,
+            timeout=120,
+            what="the Release to be uninstalled",
+        )
+    kube.delete("helm.m.crossplane.io/v1beta1", "ClusterProviderConfig", name)
+    kube.delete("v1", "Secret", name, SYSTEM_NAMESPACE)
+
+
 RETRY_LABEL = "e2e.modelplane.ai/fixed"
 NFD_CHART = {  # a chart the function installs, from the chart server under its real name
     "name": "node-feature-discovery",
@@ -849,47 +900,22 @@ def test_a_failed_first_install_is_retried_until_it_converges(
     name = "e2e-retry"
     with WorkloadCluster(tmp_path_factory.mktemp("workload-retry"), etcd, "/workload-retry") as wl:
         wl.add_node("system-0", {}, [], {"cpu": "8", "memory": "32Gi", "pods": "110"})
-        kube.apply(
+        release = standalone_release(
+            kube,
+            wl,
+            name,
             {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
-                "stringData": {"kubeconfig": wl.kubeconfig_text()},
-            }
-        )
-        config = {
-            "apiVersion": "helm.m.crossplane.io/v1beta1",
-            "kind": "ClusterProviderConfig",
-            "metadata": {"name": name},
-            "spec": {
-                "credentials": {
-                    "source": "Secret",
-                    "secretRef": {"namespace": SYSTEM_NAMESPACE, "name": name, "key": "kubeconfig"},
-                }
-            },
-        }
-        release = {
-            "apiVersion": "helm.m.crossplane.io/v1beta1",
-            "kind": "Release",
-            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
-            "spec": {
-                "providerConfigRef": {"kind": "ClusterProviderConfig", "name": name},
-                "rollbackLimit": 5,
-                "forProvider": {
-                    "chart": NFD_CHART,
-                    "namespace": "nfd-retry",
-                    "wait": True,
-                    "waitTimeout": "20s",
-                    "values": {
-                        "master": {"nodeSelector": {RETRY_LABEL: "true"}},
-                        "worker": {"enable": False},
-                        "gc": {"enable": False},
-                    },
+                "chart": NFD_CHART,
+                "namespace": "nfd-retry",
+                "wait": True,
+                "waitTimeout": "20s",
+                "values": {
+                    "master": {"nodeSelector": {RETRY_LABEL: "true"}},
+                    "worker": {"enable": False},
+                    "gc": {"enable": False},
                 },
             },
-        }
-        kube.apply(config)
-        kube.apply(release)
+        )
         api, kind = release["apiVersion"], release["kind"]
 
         def get() -> dict:
@@ -933,15 +959,7 @@ def test_a_failed_first_install_is_retried_until_it_converges(
                 condition(d, "Available").get("status") == "True" for d in deployments
             ), deployments
         finally:
-            kube.delete(api, kind, name, SYSTEM_NAMESPACE)
-            with contextlib.suppress(TimeoutError):
-                wait_for(
-                    lambda: kube.get_or_none(api, kind, name, SYSTEM_NAMESPACE) is None,
-                    timeout=120,
-                    what="the Release to be uninstalled",
-                )
-            kube.delete(config["apiVersion"], config["kind"], name)
-            kube.delete("v1", "Secret", name, SYSTEM_NAMESPACE)
+            remove_standalone_release(kube, name)
 
 
 AI_GATEWAY_BEFORE = {"controller": {"logRequestHeaderAttributes": "x-modelplane-caller:caller"}}
@@ -1025,45 +1043,20 @@ def test_the_ai_gateway_release_moves_its_webhook_certificate_to_cert_manager(
         for node in ("system-0", "system-1"):
             wl.add_node(node, {}, [], {"cpu": "8", "memory": "32Gi", "pods": "110"})
         install_cert_manager_crds(wl)
-        kube.apply(
+        release = standalone_release(
+            kube,
+            wl,
+            name,
             {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
-                "stringData": {"kubeconfig": wl.kubeconfig_text()},
-            }
-        )
-        config = {
-            "apiVersion": "helm.m.crossplane.io/v1beta1",
-            "kind": "ClusterProviderConfig",
-            "metadata": {"name": name},
-            "spec": {
-                "credentials": {
-                    "source": "Secret",
-                    "secretRef": {"namespace": SYSTEM_NAMESPACE, "name": name, "key": "kubeconfig"},
-                }
-            },
-        }
-        release = {
-            "apiVersion": "helm.m.crossplane.io/v1beta1",
-            "kind": "Release",
-            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
-            "spec": {
-                "providerConfigRef": {"kind": "ClusterProviderConfig", "name": name},
-                "rollbackLimit": 5,
-                "forProvider": {
-                    "chart": {
-                        "name": chart.name,
-                        "repository": chart.repository,
-                        "version": chart.version,
-                    },
-                    "namespace": namespace,
-                    "values": AI_GATEWAY_BEFORE,
+                "chart": {
+                    "name": chart.name,
+                    "repository": chart.repository,
+                    "version": chart.version,
                 },
+                "namespace": namespace,
+                "values": AI_GATEWAY_BEFORE,
             },
-        }
-        kube.apply(config)
-        kube.apply(release)
+        )
         api, kind = release["apiVersion"], release["kind"]
 
         def deployed(revision: int) -> dict | None:
@@ -1095,12 +1088,4 @@ def test_the_ai_gateway_release_moves_its_webhook_certificate_to_cert_manager(
 
             assert_moved(wl.kube, namespace)
         finally:
-            kube.delete(api, kind, name, SYSTEM_NAMESPACE)
-            with contextlib.suppress(TimeoutError):
-                wait_for(
-                    lambda: kube.get_or_none(api, kind, name, SYSTEM_NAMESPACE) is None,
-                    timeout=120,
-                    what="the Release to be uninstalled",
-                )
-            kube.delete(config["apiVersion"], config["kind"], name)
-            kube.delete("v1", "Secret", name, SYSTEM_NAMESPACE)
+            remove_standalone_release(kube, name)
