@@ -14,10 +14,11 @@ import datetime
 import re
 
 import pytest
+import yaml
 from cryptography import x509
 
 from function.serving import drains
-from function.serving.components import AI_GATEWAY_VALUES, AI_GATEWAY_WEBHOOK_SECRET
+from function.serving.components import AI_GATEWAY_VALUES, AI_GATEWAY_WEBHOOK_SECRET, LWS_BUDGET
 from tests import charts
 from tests.test_charts import CHECKED, RELEASES, own_release
 
@@ -175,3 +176,26 @@ def test_what_the_stack_needs_survives_a_drain(component):
         for constraint in pod["spec"].get("topologySpreadConstraints") or []:
             assert constraint["labelSelector"]["matchLabels"].items() <= labels.items(), name
             assert constraint["whenUnsatisfiable"] == "ScheduleAnyway", name
+
+
+def test_engine_pods_admission_survives_a_drain():
+    """LWS's pod webhooks and KAI's admission and scheduler admit and place every engine pod:
+    two LWS controllers under the function's budget (the chart has none), and every KAI operand
+    at two replicas through the kai-config the chart's hook applies."""
+    manifests = charts.template(own_release("leader-worker-set"))
+    deployment, pod = _pods_of(
+        manifests, "Deployment", "mp-leader-worker-set-lws-controller-manager"
+    )
+    assert deployment["spec"]["replicas"] == drains.REPLICAS
+    assert (
+        LWS_BUDGET["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    )
+    assert LWS_BUDGET["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+
+    kai = charts.template(own_release("kai-scheduler"))
+    [config] = [m for m in kai if m["metadata"]["name"] == "kai-config-manifest"]
+    rendered = yaml.safe_load(config["data"]["kai-config.yaml"])
+    assert rendered["spec"]["global"]["replicaCount"] == drains.REPLICAS
+    operator, _ = _pods_of(kai, "Deployment", "kai-operator")
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--leader-elect=true" in args

@@ -301,6 +301,31 @@ INFERENCE_POOL_READER_BINDING = {
 # whose CRDs come first.
 GROVE_VALUES = {"config": {"scheduler": {"defaultProfileName": "kai-scheduler"}}}
 
+# Engine pods are admitted by the LWS controller's pod webhooks (fail-closed, every namespace) and
+# by KAI's admission (pods with schedulerName kai-scheduler), and KAI's scheduler, binder and
+# podgrouper place them: with one replica, a drain of its node holds every new engine pod.
+# lws v0.8.0 leader-elects (its config) and its chart has no budget: the function composes one
+# for the controller's pods (the chart's selector labels, templates/manager/deployment.yaml).
+LWS_VALUES = {"replicaCount": drains.REPLICAS}
+LWS_POD_LABELS = {
+    "control-plane": "controller-manager",
+    "app.kubernetes.io/name": "lws",
+    "app.kubernetes.io/instance": "mp-leader-worker-set",
+}
+LWS_BUDGET = {
+    "apiVersion": "policy/v1",
+    "kind": "PodDisruptionBudget",
+    "metadata": {
+        "name": "lws-controller-manager",
+        "namespace": CHARTS["leader-worker-set"].namespace,
+    },
+    "spec": {**drains.BUDGET, "selector": {"matchLabels": LWS_POD_LABELS}},
+}
+# kai-scheduler v0.16.8 hands operator.replicaCount to every operand through its kai-config
+# (templates/_helpers.tpl global.replicaCount) and turns leader election on above one
+# (templates/services/operator.yaml); the operator's own budgets then protect something.
+KAI_VALUES = {"operator": {"replicaCount": drains.REPLICAS}}
+
 CRITICAL_PODS_QUOTA = {
     "apiVersion": "v1",
     "kind": "ResourceQuota",
@@ -621,9 +646,16 @@ def table() -> tuple[Component, ...]:
             policies=OBSERVE_DELETE,
         ),
         # Standard: multi-node engines as LeaderWorkerSets.
-        chart("leader-worker-set", {}, stacks=frozenset({STANDARD})),
+        chart("leader-worker-set", LWS_VALUES, stacks=frozenset({STANDARD})),
+        manifest(
+            "lws-disruption-budget",
+            LWS_BUDGET,
+            after=("leader-worker-set",),
+            stacks=frozenset({STANDARD}),
+            inside="leader-worker-set",
+        ),
         # Dynamo: Grove, the KAI Scheduler and its queues, ModelExpress.
-        chart("kai-scheduler", {}, stacks=frozenset({DYNAMO}), wait=True),
+        chart("kai-scheduler", KAI_VALUES, stacks=frozenset({DYNAMO}), wait=True),
         chart("grove", GROVE_VALUES, after=("kai-scheduler",), stacks=frozenset({DYNAMO})),
         manifest(
             "kai-queue-root",

@@ -462,6 +462,16 @@ def test_an_absent_controller_is_installed_and_no_longer_looked_for(source, comp
     assert condition(out, "BackendReady").status is True
 
 
+def test_an_adopted_leader_worker_set_gets_no_disruption_budget_of_the_functions():
+    """The budget selects the function's own release's controller pods: none beside another's."""
+    name = adoption.DETECTORS["leader-worker-set"].name
+    adopted = converged_with("existing", **{name: installed("leader-worker-set", "platform-lws")})
+    assert "lws-disruption-budget" not in adopted.resources
+    own = converged_with("existing", **{name: None})
+    budget = own.resources["lws-disruption-budget"].body["spec"]["forProvider"]["manifest"]
+    assert budget["spec"]["maxUnavailable"] == 1
+
+
 @pytest.mark.parametrize("release", ["gpu-operator", None])
 def test_an_adopted_dra_driver_gets_nothing_made_for_the_functions_release(release):
     """Not its namespace (a namespace the adopted release runs in, taken over by an Object, would
