@@ -47,7 +47,7 @@ def release(
         "metadata": {
             "name": names.child_name(xr, key),
             "namespace": names.SYSTEM_NAMESPACE,
-            "annotations": {names.EXTERNAL_NAME: f"mp-{key}"},
+            "annotations": {names.EXTERNAL_NAME: names.release_name(key)},
         },
         "spec": spec,
     }

@@ -23,6 +23,13 @@ OBJECT_API = "kubernetes.m.crossplane.io/v1alpha1"
 CLUSTER_PROVIDER_CONFIG = "ClusterProviderConfig"
 EXTERNAL_NAME = "crossplane.io/external-name"
 
+
+def release_name(key: str) -> str:
+    """The Helm release of a component on the workload cluster: mp-<key>, short, stable and
+    collision-free (charts label their pods app.kubernetes.io/instance with it)."""
+    return f"mp-{key}"
+
+
 # The Composition may hand over every InferenceClass up front (bootstrap requirement); when it does
 # not, the function asks for each class by name.
 ALL_CLASSES_REQUIREMENT = "inference-classes"

@@ -396,7 +396,7 @@ def _ours(component: str, annotations: dict) -> bool:
     """Whether Helm annotated it as the function's release mp-<key>, in that release's namespace
     (one of that name elsewhere, from another control plane, is not ours to take up)."""
     return (
-        annotations.get(HELM_RELEASE) == f"mp-{component}"
+        annotations.get(HELM_RELEASE) == names.release_name(component)
         and annotations.get(HELM_NAMESPACE) == CHARTS[component].namespace
     )
 

@@ -141,7 +141,8 @@ def dra_driver_values(ctx: Context) -> dict:
 def _cert_manager(name: str) -> dict:
     """One of cert-manager's Deployments, drain-safe: its webhook refuses every cert-manager write
     while down, cainjector keeps webhooks' caBundles in step with renewals."""
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": "mp-cert-manager"}
+    release = names.release_name("cert-manager")
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": release}
     return drains.chart_values(labels)
 
 
@@ -166,7 +167,7 @@ ENVOY_GATEWAY_VALUES = {
                 {
                     "control-plane": "envoy-gateway",
                     "app.kubernetes.io/name": "gateway-helm",
-                    "app.kubernetes.io/instance": "mp-envoy-gateway",
+                    "app.kubernetes.io/instance": names.release_name("envoy-gateway"),
                 }
             )
         },
@@ -214,7 +215,7 @@ AI_GATEWAY_WEBHOOK_SECRET = "mp-ai-gateway-webhook-tls"  # noqa: S105 - a Secret
 AI_GATEWAY_POD_LABELS = {
     # The chart's selector labels (templates/_helpers.tpl controller.selectorLabels).
     "app.kubernetes.io/name": "ai-gateway-helm",
-    "app.kubernetes.io/instance": "mp-ai-gateway",
+    "app.kubernetes.io/instance": names.release_name("ai-gateway"),
 }
 AI_GATEWAY_VALUES = {
     "controller": {
@@ -310,7 +311,7 @@ LWS_VALUES = {"replicaCount": drains.REPLICAS}
 LWS_POD_LABELS = {
     "control-plane": "controller-manager",
     "app.kubernetes.io/name": "lws",
-    "app.kubernetes.io/instance": "mp-leader-worker-set",
+    "app.kubernetes.io/instance": names.release_name("leader-worker-set"),
 }
 LWS_BUDGET = {
     "apiVersion": "policy/v1",
