@@ -401,8 +401,13 @@ def _ours(component: str, annotations: dict) -> bool:
     )
 
 
-def results(component: str, decision: Decision) -> list[Result]:
-    if decision.verdict == "adopted" and decision.owner:
+def results(component: str, decision: Decision, announced: bool = False) -> list[Result]:
+    """A Normal event when something is adopted, until its detector is seen marked so (the
+    recorder lets 25 events through per object, then one every five minutes: client-go
+    tools/record/events_cache.go; one repeated at each reconcile would starve the Warnings, and
+    BackendReady names what was adopted for good); a Warning at each reconcile while an adoption
+    is refused."""
+    if decision.verdict == "adopted" and decision.owner and not announced:
         return [
             Result(
                 "Normal",

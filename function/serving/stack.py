@@ -375,7 +375,7 @@ class _Adopting:
         decision = adoption.decide(component.key, seen, members, adopted_before)
         xr = self.inputs.xr.name
         facts.resources[key] = adoption.detector(xr, component.key, self.provider_config, decision)
-        facts.results += adoption.results(component.key, decision)
+        facts.results += adoption.results(component.key, decision, looking.marked_adopted(seen))
         if decision.verdict == "adopted":
             for wired, body in adoption.beside(xr, component.key, self.provider_config).items():
                 facts.resources[wired] = Desired(

@@ -1,6 +1,7 @@
 """In-process reconciles with the providers simulated: compose, report, compose again."""
 
 import copy
+from dataclasses import replace
 
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
@@ -36,13 +37,17 @@ def converge(
     required: dict[str, list[dict]],
     world: World | None = None,
     schemas: dict[str, bool] | None = None,
+    every_result: bool = False,
 ) -> Output:
-    """Reconcile until the desired set and the status stop changing."""
+    """Reconcile until the desired set and the status stop changing; every_result: with the
+    results of every pass, each once (what the XR was told on the way, events said once)."""
     out = compose_cluster(xr, required, Observed(), schemas)
+    said = list(out.results)
     for _ in range(MAX_PASSES):
         again = compose_cluster(xr, answered(required, out, world), reported(out, world), schemas)
+        said += [r for r in again.results if r not in said]
         if again.resources == out.resources and again.status == out.status:
-            return again
+            return replace(again, results=said) if every_result else again
         out = again
     raise AssertionError(f"no convergence in {MAX_PASSES} passes")
 

@@ -3,6 +3,7 @@ beside; an absent one is installed; what the function installed stays its own.""
 
 import copy
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -93,6 +94,7 @@ def run(found: dict | None, passes: int = 25, start=None, world: World | None = 
     nothing), node-feature-discovery's what runs in the world."""
     xr, classes = example("existing")
     out = start or compose_cluster(xr, required(classes), Observed(), SCHEMAS)
+    said = [] if start else list(out.results)
     for _ in range(passes):
         resources = {}
         for key, desired in out.resources.items():
@@ -106,7 +108,9 @@ def run(found: dict | None, passes: int = 25, start=None, world: World | None = 
             Observed(resources=resources, status=out.status),
             SCHEMAS,
         )
-    return out
+        said += [r for r in out.results if r not in said]
+    # What the reconciles said, each once (an adoption is announced once, not at every pass).
+    return replace(out, results=said)
 
 
 def condition(out, kind):
@@ -324,6 +328,20 @@ def test_an_nfd_of_another_release_is_adopted_with_the_functions_gpu_rule_beside
     assert condition(out, "BackendReady").status is True
 
 
+def test_an_adoption_is_announced_once_not_at_every_reconcile():
+    """The recorder passes 25 events per object, then one every five minutes: the Normal event
+    stops once the detector is seen marked adopted, leaving room for the Warnings."""
+    xr, classes = example("existing")
+    world = running(nfd_worker("gpu-operator"))
+    told = sim.converge(xr, required(classes), world, SCHEMAS, every_result=True)
+    assert [r.reason for r in told.results].count("ComponentAdopted") == 1
+    settled = sim.converge(xr, required(classes), world, SCHEMAS)
+    assert not [r for r in settled.results if r.reason == "ComponentAdopted"]
+    assert "node-feature-discovery (Helm release gpu-operator/gpu-operator" in (
+        condition(settled, "BackendReady").message
+    )
+
+
 def test_an_nfd_outside_helm_is_adopted_too():
     out = run(None, world=running(nfd_worker(None, "kube-system")))
     assert NFD_RELEASE not in out.resources
@@ -422,7 +440,7 @@ def installed(component: str, release: str | None, namespace: str = "platform") 
 def converged_with(source: str, **detected) -> object:
     xr, classes = example(source)
     world = World(detected=detected)
-    return sim.converge(xr, required(classes), world, SCHEMAS)
+    return sim.converge(xr, required(classes), world, SCHEMAS, every_result=True)
 
 
 # The controllers found by one cluster-scoped object their charts name the same whatever the
@@ -752,7 +770,7 @@ def test_the_dra_driver_is_installed_once_the_device_plugin_is_turned_off_and_st
 
 def converged_with_world(source: str, world: World) -> object:
     xr, classes = example(source)
-    return sim.converge(xr, required(classes), world, SCHEMAS)
+    return sim.converge(xr, required(classes), world, SCHEMAS, every_result=True)
 
 
 @pytest.mark.parametrize(
