@@ -307,20 +307,19 @@ def by_tag(req: wire.Request, handed: dict[str, tuple], make: Callable[[], Answe
 
 @dataclass(frozen=True)
 class Made:
-    """A composition and everything it was made from."""
+    """A composition's answer, encoded, and everything it was made from. Not the composition's
+    bodies: a kept composition is only ever answered again, and its dicts took a fifth of what a
+    cluster held (docs/performance.md)."""
 
     given: tuple  # the composite, the required resources, the installed kinds, ask_first
     names: frozenset[str]  # the observed resources' names
     read: tuple[tuple[str, tuple | bytes], ...]  # what tells each observed resource read
-    out: Output  # with its comparisons with the wall clock (out.clock, function/clock.py)
+    answer: Answer  # with its comparisons with the wall clock (answer.clock, function/clock.py)
 
 
 def _made_weight(_: Any, made: Made) -> int:
-    # What it was made from, and the composition's own bodies (not yet encoded when it is put;
-    # the stack's and the Usages' are shared, held by BODIES and USAGES), 400 bytes a resource.
-    return (
-        len(made.given[0]) + 64 * (len(made.names) + len(made.read)) + 400 * len(made.out.resources)
-    )
+    # What it was made from; the answer's parts are the encoded entries ENCODED weighs.
+    return len(made.given[0]) + 64 * (len(made.names) + len(made.read)) + 8 * len(made.answer.parts)
 
 
 # Compositions by composite and the names of the requirements handed over (a reconcile's calls
@@ -337,17 +336,19 @@ def composition(
     given: tuple,
     observed: Mapping[str, bytes],
     compose: Callable[[], tuple[Output, Mapping[str, tuple | bytes]]],
-) -> Output:
-    """The composition kept at where if it was made from what is given now, else compose()'s
-    (which says what told each observed resource it read)."""
+    answer: Callable[[Output], Answer],
+) -> Answer:
+    """The answer kept at where if its composition was made from what is given now, else
+    answer() of compose()'s (which says what told each observed resource it read)."""
     made = COMPOSED.find(where)
-    if made is not None and _still(made, given, observed) and clock.still(made.out.clock):
-        return made.out
+    if made is not None and _still(made, given, observed) and clock.still(made.answer.clock):
+        return made.answer
     with clock.recording() as told:
         out, read = compose()
     out.clock = tuple(told)
-    COMPOSED.put(where, Made(given, frozenset(observed), tuple(read.items()), out))
-    return out
+    answered = answer(out)
+    COMPOSED.put(where, Made(given, frozenset(observed), tuple(read.items()), answered))
+    return answered
 
 
 def _still(made: Made, given: tuple, observed: Mapping[str, bytes]) -> bool:

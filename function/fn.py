@@ -136,19 +136,19 @@ def answered(req: wire.Request) -> Answer:
 def made_for(req: wire.Request, handed: dict[str, tuple]) -> Answer:
     composite = composite_of(req.composite_data)
     kind = composite.get("kind")
-    name = composite.get("metadata", {}).get("name")
-    out = run(kind, composite, req, handed)
-    return Answer(kind, name, out.ready, len(out.resources), encoded(out, name), out.clock)
-
-
-def run(kind: str | None, composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Output:
     if kind == names.INFERENCE_CLASS:
-        return compose_class(composite)
+        return answer_of(compose_class(composite), kind, composite)
     if kind == names.INFERENCE_CLUSTER:
         return composed(composite, req, handed)
     raise BadInput(
         f"this function composes InferenceCluster and InferenceClass, not kind {shown(kind)}"
     )
+
+
+def answer_of(out: Output, kind: str, composite: dict) -> Answer:
+    """out, encoded: all that is kept of a composition."""
+    name = composite.get("metadata", {}).get("name")
+    return Answer(kind, name, out.ready, len(out.resources), encoded(out, name), out.clock)
 
 
 # What the function reads of its composite: never its managedFields or other server metadata.
@@ -352,8 +352,9 @@ def observed(req: wire.Request, composite: dict) -> Observed:
     )
 
 
-def composed(composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Output:
-    """The cluster composed from the request (or kept from the same inputs: caches.composition)."""
+def composed(composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Answer:
+    """The cluster composed from the request and encoded (or kept from the same inputs:
+    caches.composition)."""
     ask_first = fnv1.CAPABILITY_REQUIRED_RESOURCES in req.meta.capabilities
     given = (
         marshal.dumps(composite),
@@ -374,27 +375,31 @@ def composed(composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Ou
         return out, seen_now.resources.read
 
     name = composite.get("metadata", {}).get("name")
-    return caches.composition((name, tuple(handed)), given, req.observed, compose)
+    return caches.composition(
+        (name, tuple(handed)),
+        given,
+        req.observed,
+        compose,
+        lambda out: answer_of(out, names.INFERENCE_CLUSTER, composite),
+    )
 
 
 def encoded(out: Output, of: str | None) -> tuple[bytes, ...]:
-    """What out answers, serialised once: its requirements, the composite's status and readiness,
+    """What out answers, serialised: its requirements, the composite's status and readiness,
     conditions and results, then the desired resources' entries (those ENCODED keeps for the
-    composite named `of`, not copied). A kept Output is answered again as it is."""
-    if out.encoded is None:
-        rsp, entries = fnv1.RunFunctionResponse(), []
-        encode_requirements(out, rsp)
-        if not out.deferred:
-            encode(out, rsp, of)
-            entries = [
-                ENCODED.entry(key, d.body, d.ready, shared=d.shared, of=of)
-                for key, d in sorted(out.resources.items())
-            ]
-        head = rsp.SerializeToString(deterministic=True)
-        # The resources follow as a second desired State, which the parser merges.
-        state = (wire.tag_and_size(2, sum(map(len, entries))),) if entries else ()
-        out.encoded = (head, *state, *entries)
-    return out.encoded
+    composite named `of`, not copied)."""
+    rsp, entries = fnv1.RunFunctionResponse(), []
+    encode_requirements(out, rsp)
+    if not out.deferred:
+        encode(out, rsp, of)
+        entries = [
+            ENCODED.entry(key, d.body, d.ready, shared=d.shared, of=of)
+            for key, d in sorted(out.resources.items())
+        ]
+    head = rsp.SerializeToString(deterministic=True)
+    # The resources follow as a second desired State, which the parser merges.
+    state = (wire.tag_and_size(2, sum(map(len, entries))),) if entries else ()
+    return (head, *state, *entries)
 
 
 def encode(out: Output, rsp: fnv1.RunFunctionResponse, of: str | None) -> None:

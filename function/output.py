@@ -59,8 +59,6 @@ class Output:
     ready: bool | None = None
     # Only requirements: Crossplane calls again with them answered, and only that answer counts.
     deferred: bool = False
-    # Its part of the answer, once serialised (fn.py answers a kept Output again).
-    encoded: tuple[bytes, ...] | None = field(default=None, compare=False, repr=False)
     # Every comparison with the wall clock it was made with (function/clock.py).
     clock: tuple = field(default=(), compare=False, repr=False)
 

@@ -146,13 +146,16 @@ def test_a_kept_composition_holds_only_while_its_clock_comparisons_do():
         made.append(out)
         return out, {}
 
+    def answer(out):
+        return caches.Answer("InferenceCluster", "xr", out.ready, 0, (), out.clock)
+
     where, given = ("clock-test", ()), ("xr",)
     with clock.fixed(starts - timedelta(days=1)):
-        before = caches.composition(where, given, {}, compose)
-        assert caches.composition(where, given, {}, compose) is before
+        before = caches.composition(where, given, {}, compose, answer)
+        assert caches.composition(where, given, {}, compose, answer) is before
     with clock.fixed(starts - timedelta(seconds=1)):
-        assert caches.composition(where, given, {}, compose) is before
+        assert caches.composition(where, given, {}, compose, answer) is before
     with clock.fixed(starts):
-        after = caches.composition(where, given, {}, compose)
+        after = caches.composition(where, given, {}, compose, answer)
     assert after is not before and (before.ready, after.ready) == (False, True)
     assert [o.clock for o in made] == [((starts, False),), ((starts, True),)]
