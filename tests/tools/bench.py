@@ -664,16 +664,19 @@ def fleet_over_grpc(path: Path, rounds: int) -> tuple[dict, float]:
 
 def fleets(results: dict[str, float]) -> None:
     """The fleet column: per case and size, over gRPC (p50/p90, and the p50 against one
-    cluster's), in-process (steady, and with each composition made again) and the server's peak
-    RSS."""
+    cluster's), in-process (steady, and with each composition made again, also per composed
+    resource) and the server's peak RSS (and what each cluster beyond the first adds to it, also
+    per composed resource): so a change that adds resources and one that makes each dearer can
+    be told apart."""
     print(
-        f"\n{'fleet':20} {'clusters':>8} {'gRPC p50/p90 ms':>16} {'x one':>6} "
-        f"{'in-proc p50':>11} {'made p50':>8} {'peak RSS MiB':>12}"
+        f"\n{'fleet':20} {'clusters':>8} {'res':>4} {'gRPC p50/p90 ms':>16} {'x one':>6} "
+        f"{'in-proc p50':>11} {'made p50':>8} {'us/res':>6} {'peak RSS MiB':>12} "
+        f"{'KiB/cluster':>11} {'KiB/res':>7}"
     )
     by_name = {c.name: c for c in cases()}
     call = FunctionRunner().answer
     for name, sizes in FLEETS:
-        one = None
+        one = alone = None
         for n in sizes:
             caches.forget()
             fleet = fleet_of(by_name[name], n)
@@ -681,23 +684,27 @@ def fleets(results: dict[str, float]) -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "fleet.bin"
                 write_fleet(path, fleet, call)
+                _, _, answer = run_reconcile(call, fleet[0])
+                resources = len(fnv1.RunFunctionResponse.FromString(answer).desired.resources)
                 steady = fleet_in_process(fleet, call, max(rounds // 4, 1), lambda: None)
                 made = fleet_in_process(fleet, call, max(rounds // 4, 1), FORGETS["made"])
                 del fleet
                 caches.forget()
                 measured, rss = fleet_over_grpc(path, rounds)
             median = measured["median_ms"]
-            one = one or median
+            one, alone = one or median, alone or rss
+            held = (rss - alone) * 1024 / (n - 1) if n > 1 else None
+            made_median = statistics.median(made)
             key = f"{name} x{n}"
             results[f"{key} over gRPC, median / x1 median"] = median / one
-            results[f"{key} composition made again in-process, median (ms)"] = statistics.median(
-                made
-            )
+            results[f"{key} composition made again in-process, median (ms)"] = made_median
             results[f"{key} server peak RSS (MiB)"] = rss
+            each = f"{held:>11.0f} {held / resources:>7.2f}" if held is not None else f"{'':>19}"
             print(
-                f"{name:20} {n:>8} {median:>7.2f}/{measured['p90_ms']:<8.2f} "
+                f"{name:20} {n:>8} {resources:>4} {median:>7.2f}/{measured['p90_ms']:<8.2f} "
                 f"{median / one:>6.2f} {statistics.median(steady):>11.2f} "
-                f"{statistics.median(made):>8.2f} {rss:>12.1f}",
+                f"{made_median:>8.2f} {made_median * 1000 / resources:>6.1f} {rss:>12.1f} "
+                f"{each}",
                 flush=True,
             )
 
@@ -731,7 +738,8 @@ def each_case(results: dict[str, float], reconciles_each: int) -> None:
     in_process = FunctionRunner().answer
     header = (
         f"{'case':20} {'res':>4} {'req KiB':>8} {'rsp KiB':>8} {'calls':>5} "
-        f"{'in-proc p50/p90 ms':>18} {'new tag':>8} {'made p50':>8} {'cold p50':>8} {'gRPC p50/p90 ms':>16} "
+        f"{'in-proc p50/p90 ms':>18} {'new tag':>8} {'made p50':>8} {'us/res':>6} {'cold p50':>8} "
+        f"{'gRPC p50/p90 ms':>16} "
         f"{'echo p50':>8} {'x pb':>5} "
         f"{'rec/s x8':>8} {'py client':>9}"
     )
@@ -771,11 +779,13 @@ def each_case(results: dict[str, float], reconciles_each: int) -> None:
             assert measured["calls"] == calls, (name, measured["calls"], calls)
             median = measured["median_ms"]
             results[f"{name} reconcile over gRPC, median (ms)"] = median
+            resources = len(responses[-1].desired.resources)
             print(
-                f"{name:20} {len(responses[-1].desired.resources):>4} "
+                f"{name:20} {resources:>4} "
                 f"{sum(len(b) for b in sent) / 1024:>8.1f} {len(last) / 1024:>8.1f} "
                 f"{calls:>5} {statistics.median(local):>8.2f}/{p90(local):<9.2f}"
                 f"{statistics.median(new_tag):>8.2f} {statistics.median(made):>8.2f} "
+                f"{statistics.median(made) * 1000 / resources:>6.1f} "
                 f"{statistics.median(cold):>8.2f} "
                 f"{median:>7.2f}/{measured['p90_ms']:<8.2f} {measured['echo_median_ms']:>8.2f} "
                 f"{median / pure:>5.1f} "

@@ -1,0 +1,83 @@
+"""Budgets CI holds without timing anything: what a cluster of the largest shape leaves held in
+the caches, and how many Python calls its composition made again costs per composed resource.
+
+Both are deterministic for the same code and inputs (tracemalloc counts bytes, cProfile calls),
+so a change that makes each resource dearer fails here, not months later in `make bench`, where
+the timings and the server's RSS stay (docs/performance.md).
+"""
+
+import cProfile
+import gc
+import pstats
+import tracemalloc
+
+import pytest
+from crossplane.function import logging
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function import caches
+from function.fn import FunctionRunner
+from tests.tools import bench
+
+# The largest shape (EKS, 8 pools, EFA and Capacity Blocks, Dynamo: 264 resources on
+# 2026-12-03), what its reconciles leave in the caches per cluster, and the Python calls of one
+# composition made again per composed resource. Measured then: 1170 KiB (1364 while a kept
+# composition held its bodies) and 76.6 calls.
+HELD_PER_CLUSTER_KIB = 1250
+CALLS_PER_RESOURCE = 80
+CLUSTERS = 4
+
+
+@pytest.fixture(scope="module")
+def fleet() -> list[bench.Reconcile]:
+    """CLUSTERS of the largest shape, each reconciled once so that what Crossplane sends back
+    (the required resources asked for) is built before anything is measured."""
+    logging.configure(logging.Level.DISABLED)  # pytest would hold every message it captures
+    reconciles = bench.fleet_of(bench.worst_case(), CLUSTERS)
+    call = FunctionRunner().answer
+    for reconcile in reconciles:
+        reconcile.orders = 0  # as Python marshals it: the caches know resources by version
+        bench.run_reconcile(call, reconcile)
+    caches.forget()
+    return reconciles
+
+
+def test_a_cluster_of_the_largest_shape_holds_its_budget_in_the_caches(fleet):
+    """The growth of traced memory from the first cluster to the last, per cluster: what the
+    caches hold for one (the first also pays what is made once for every cluster)."""
+    call = FunctionRunner().answer
+    caches.forget()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        bench.run_reconcile(call, fleet[0])
+        gc.collect()
+        first = tracemalloc.get_traced_memory()[0]
+        for reconcile in fleet[1:]:
+            bench.run_reconcile(call, reconcile)
+        gc.collect()
+        last = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        caches.forget()
+    held = (last - first) / (len(fleet) - 1) / 1024
+    assert held <= HELD_PER_CLUSTER_KIB, f"{held:.0f} KiB held per cluster"
+    # And the caches' own weighing stays honest about it (their budget is in those bytes).
+    assert held > 0.5 * HELD_PER_CLUSTER_KIB
+
+
+def test_a_composition_made_again_stays_within_its_calls_per_resource(fleet):
+    call = FunctionRunner().answer
+    reconcile = fleet[0]
+    bench.run_reconcile(call, reconcile)  # every cache warm but the composition's own
+    bench.FORGETS["made"]()
+    profile = cProfile.Profile()
+    profile.enable()
+    _, _, answer = bench.run_reconcile(call, reconcile)
+    profile.disable()
+    caches.forget()
+    resources = len(fnv1.RunFunctionResponse.FromString(answer).desired.resources)
+    per_resource = pstats.Stats(profile).total_calls / resources
+    assert resources > 250
+    print(f"{per_resource:.1f} calls per resource")
+    assert per_resource <= CALLS_PER_RESOURCE, f"{per_resource:.1f} calls per resource"
