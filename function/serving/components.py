@@ -300,7 +300,16 @@ INFERENCE_POOL_READER_BINDING = {
 # and is never gang-scheduled. The chart's config.scheduler.defaultProfileName
 # (templates/_helpers.tpl) makes KAI the default; its profiles list already enables kai-scheduler,
 # whose CRDs come first.
-GROVE_VALUES = {"config": {"scheduler": {"defaultProfileName": "kai-scheduler"}}}
+# The operator makes its webhook Secret itself (operator/internal/controller/cert/cert.go
+# createPlaceholderSecretIfNotExists; the pod mounts it optional): the chart's own, rendered with
+# empty data the operator then fills, conflicts under Helm 4's server-side apply (provider-helm
+# v1.4.0) on every upgrade of the release. The pod annotation rolls the operator on the upgrade
+# that stops rendering the Secret (and deletes it), so the new pod makes it at once.
+GROVE_VALUES = {
+    "config": {"scheduler": {"defaultProfileName": "kai-scheduler"}},
+    "webhookServerSecret": {"enabled": False},
+    "podAnnotations": {"modelplane.ai/webhook-secret": "made-by-the-operator"},
+}
 
 # Engine pods are admitted by the LWS controller's pod webhooks (fail-closed, every namespace) and
 # by KAI's admission (pods with schedulerName kai-scheduler), and KAI's scheduler, binder and

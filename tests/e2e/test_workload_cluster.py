@@ -5,10 +5,16 @@ process stops by PID. A few seconds on the control plane's etcd."""
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
-from function.serving.components import PRIVILEGED
+from function import names
+from function.serving.components import GROVE_VALUES, PRIVILEGED
+from function.versions import CHARTS
+from tests.charts import charts_dir, helm_bin
 from tests.e2e.controlplane import LOCALHOST, ControlPlane
 from tests.e2e.kube import ApiError, Kube, condition, wait_for
 from tests.e2e.workload import WorkloadCluster
@@ -215,3 +221,73 @@ def test_a_hardened_cluster_refuses_a_privileged_pod_unless_its_namespace_says_s
         assert "violates PodSecurity" in str(refused.value), refused.value
         kube.apply({**pod, "metadata": {"name": "agent", "namespace": "agents"}})
         assert kube.get("v1", "Pod", "agent", "agents")["spec"]["containers"][0]["securityContext"]
+
+
+def helm4(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [helm_bin("HELM4", "helm4"), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_grove_upgrades_under_helm_4_once_its_operator_has_filled_its_webhook_secret(
+    workload: WorkloadCluster, tmp_path: Path
+):
+    """provider-helm v1.4.0 links Helm 4, which installs and upgrades by server-side apply.
+    Grove's chart renders its webhook Secret with empty data, which the operator fills with an
+    Update (cert-controller's rotator) under its own field manager: with the chart's default, the
+    next upgrade conflicts on those fields (the control). With the function's values, the move
+    (from that failed upgrade, too) deletes the chart's Secret, the operator makes its own (rolled by the pod annotation), and
+    every later upgrade goes through, the operator's certificate kept."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(workload.kubeconfig_text())
+    chart = charts_dir() / f"{CHARTS['grove'].name}-{CHARTS['grove'].version}"
+    namespace, secret = CHARTS["grove"].namespace, "grove-webhook-server-cert"
+    release = names.release_name("grove")
+    before = {k: v for k, v in GROVE_VALUES.items() if k == "config"}  # v0.2.0's values
+    files = {}
+    for name, values in (("before", before), ("now", GROVE_VALUES)):
+        files[name] = tmp_path / f"{name}.yaml"
+        files[name].write_text(yaml.safe_dump(values))
+    kube: Kube = workload.kube
+    filled = {"tls.crt": "Y2VydA==", "tls.key": "a2V5"}
+
+    def upgrade(values: str, *more: str) -> subprocess.CompletedProcess:
+        return helm4(
+            kubeconfig, "upgrade", release, str(chart), "-n", namespace, "-f", values, *more
+        )
+
+    installed = helm4(
+        kubeconfig, "install", release, str(chart), "-n", namespace, "--create-namespace",
+        "-f", str(files["before"]),
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    kube.patch("v1", "Secret", secret, {"data": filled}, namespace=namespace, manager="grove")
+    # The control: the chart's Secret, filled by the operator, refuses any upgrade (and the
+    # release, failed, is where provider-helm's retries would have left it).
+    refused = upgrade(str(files["before"]), "--set-string", "podAnnotations.bump=1")
+    assert refused.returncode != 0 and "conflict" in refused.stderr, refused
+    moved = upgrade(str(files["now"]))
+    assert moved.returncode == 0, moved.stderr
+    assert kube.get_or_none("v1", "Secret", secret, namespace) is None
+    operator = kube.get("apps/v1", "Deployment", "grove-operator", namespace)
+    annotations = operator["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == GROVE_VALUES["podAnnotations"]
+    # The new operator pod makes the Secret and fills it (createPlaceholderSecretIfNotExists).
+    kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": secret, "namespace": namespace},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "", "tls.key": ""},
+        }
+    )
+    kube.patch("v1", "Secret", secret, {"data": filled}, namespace=namespace, manager="grove")
+    bumped = upgrade(str(files["now"]), "--set-string", "podAnnotations.bump=1")
+    assert bumped.returncode == 0, bumped.stderr
+    assert kube.get("v1", "Secret", secret, namespace)["data"] == filled
+    assert helm4(kubeconfig, "uninstall", release, "-n", namespace).returncode == 0
