@@ -1036,7 +1036,7 @@ def assert_moved(wl: Kube, namespace: str) -> None:
 def test_the_ai_gateway_release_moves_its_webhook_certificate_to_cert_manager(
     control_plane: ControlPlane, kube: Kube, provider_processes, tmp_path_factory
 ):
-    """A live cluster's AI Gateway release, installed with v0.2.0's values (its webhook's
+    """A live cluster's AI Gateway release, installed with v0.1.0's values (its webhook's
     certificate signed inside Helm for 365 days), upgraded by the real provider-helm to this
     release's: Helm deletes the Secret it made, creates the chart's Certificate and self-signed
     Issuer, annotates the webhook for cainjector, and the controller, now two replicas under a
@@ -1077,7 +1077,7 @@ def test_the_ai_gateway_release_moves_its_webhook_certificate_to_cert_manager(
             return f"{got.get('status')}\n{provider_processes.logs(20)}"
 
         try:
-            wait_for(lambda: deployed(1), timeout=300, what="v0.2.0's release", describe=status)
+            wait_for(lambda: deployed(1), timeout=300, what="v0.1.0's release", describe=status)
             old = wl.kube.get("v1", "Secret", OLD_WEBHOOK_SECRET, namespace)
             assert (
                 old["metadata"]["annotations"]["meta.helm.sh/release-name"] == "e2e-ai-gateway-move"

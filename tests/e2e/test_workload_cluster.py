@@ -247,7 +247,7 @@ def test_grove_upgrades_under_helm_4_once_its_operator_has_filled_its_webhook_se
     chart = charts_dir() / f"{CHARTS['grove'].name}-{CHARTS['grove'].version}"
     namespace, secret = CHARTS["grove"].namespace, "grove-webhook-server-cert"
     release = names.release_name("grove")
-    before = {k: v for k, v in GROVE_VALUES.items() if k == "config"}  # v0.2.0's values
+    before = {k: v for k, v in GROVE_VALUES.items() if k == "config"}  # v0.1.0's values
     files = {}
     for name, values in (("before", before), ("now", GROVE_VALUES)):
         files[name] = tmp_path / f"{name}.yaml"
