@@ -308,7 +308,7 @@ def by_tag(req: wire.Request, handed: dict[str, tuple], make: Callable[[], Answe
 @dataclass(frozen=True)
 class Made:
     """A composition's answer, encoded, and everything it was made from. Not the composition's
-    bodies: a kept composition is only ever answered again, and its dicts took a fifth of what a
+    bodies: a kept composition is only ever answered again, and its dicts took a seventh of what a
     cluster held (docs/performance.md)."""
 
     given: tuple  # the composite, the required resources, the installed kinds, ask_first

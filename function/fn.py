@@ -137,7 +137,7 @@ def made_for(req: wire.Request, handed: dict[str, tuple]) -> Answer:
     composite = composite_of(req.composite_data)
     kind = composite.get("kind")
     if kind == names.INFERENCE_CLASS:
-        return answer_of(compose_class(composite), kind, composite)
+        return answer_of(compose_class(composite), kind, composite.get("metadata", {}).get("name"))
     if kind == names.INFERENCE_CLUSTER:
         return composed(composite, req, handed)
     raise BadInput(
@@ -145,9 +145,8 @@ def made_for(req: wire.Request, handed: dict[str, tuple]) -> Answer:
     )
 
 
-def answer_of(out: Output, kind: str, composite: dict) -> Answer:
+def answer_of(out: Output, kind: str, name: str | None) -> Answer:
     """out, encoded: all that is kept of a composition."""
-    name = composite.get("metadata", {}).get("name")
     return Answer(kind, name, out.ready, len(out.resources), encoded(out, name), out.clock)
 
 
@@ -380,7 +379,7 @@ def composed(composite: dict, req: wire.Request, handed: dict[str, tuple]) -> An
         given,
         req.observed,
         compose,
-        lambda out: answer_of(out, names.INFERENCE_CLUSTER, composite),
+        lambda out: answer_of(out, names.INFERENCE_CLUSTER, name),
     )
 
 

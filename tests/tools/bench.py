@@ -780,12 +780,13 @@ def each_case(results: dict[str, float], reconciles_each: int) -> None:
             median = measured["median_ms"]
             results[f"{name} reconcile over gRPC, median (ms)"] = median
             resources = len(responses[-1].desired.resources)
+            made_median = statistics.median(made)
             print(
                 f"{name:20} {resources:>4} "
                 f"{sum(len(b) for b in sent) / 1024:>8.1f} {len(last) / 1024:>8.1f} "
                 f"{calls:>5} {statistics.median(local):>8.2f}/{p90(local):<9.2f}"
-                f"{statistics.median(new_tag):>8.2f} {statistics.median(made):>8.2f} "
-                f"{statistics.median(made) * 1000 / resources:>6.1f} "
+                f"{statistics.median(new_tag):>8.2f} {made_median:>8.2f} "
+                f"{made_median * 1000 / resources:>6.1f} "
                 f"{statistics.median(cold):>8.2f} "
                 f"{median:>7.2f}/{measured['p90_ms']:<8.2f} {measured['echo_median_ms']:>8.2f} "
                 f"{median / pure:>5.1f} "

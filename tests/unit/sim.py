@@ -32,6 +32,11 @@ def answered(
     return {**required, **answer(out.requirements, bodies, world or World())}
 
 
+def said_once(said: list, results: list) -> list:
+    """said, then each of results not said yet: what the XR was told over reconciles, each once."""
+    return said + [r for r in results if r not in said]
+
+
 def converge(
     xr: dict,
     required: dict[str, list[dict]],
@@ -45,7 +50,7 @@ def converge(
     said = list(out.results)
     for _ in range(MAX_PASSES):
         again = compose_cluster(xr, answered(required, out, world), reported(out, world), schemas)
-        said += [r for r in again.results if r not in said]
+        said = said_once(said, again.results)
         if again.resources == out.resources and again.status == out.status:
             return replace(again, results=said) if every_result else again
         out = again

@@ -108,7 +108,7 @@ def run(found: dict | None, passes: int = 25, start=None, world: World | None = 
             Observed(resources=resources, status=out.status),
             SCHEMAS,
         )
-        said += [r for r in out.results if r not in said]
+        said = sim.said_once(said, out.results)
     # What the reconciles said, each once (an adoption is announced once, not at every pass).
     return replace(out, results=said)
 
