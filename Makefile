@@ -19,7 +19,8 @@ VERSION    := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' function/__version
 # The workload CRDs a registry publishes as files, fetched from the pinned Go module into the package
 # (never into git); the ModelExpress CRDs are the project's own (function/serving/modelexpress_crds.py).
 WORKLOAD_CRDS := function/serving/crds/inference.networking.k8s.io_inferencepools.yaml \
-	function/serving/crds/inference.networking.x-k8s.io_inferenceobjectives.yaml
+	function/serving/crds/inference.networking.x-k8s.io_inferenceobjectives.yaml \
+	function/serving/crds/nfd-api-crds.yaml
 
 export CRDS_DIR
 export CROSSPLANE

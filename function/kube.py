@@ -24,13 +24,17 @@ def release(
     *,
     wait: bool = False,
     policies: list[str] | None = None,
+    skip_crds: bool = False,
 ) -> dict:
-    """A Helm release named mp-<key> on the cluster: short, stable and collision-free."""
+    """A Helm release named mp-<key> on the cluster: short, stable and collision-free.
+    skip_crds: the chart's crds/ are applied by the function, not installed once by Helm."""
     for_provider: dict = {
         "chart": {"name": chart.name, "repository": chart.repository, "version": chart.version},
         "namespace": chart.namespace,
         "values": values,
     }
+    if skip_crds:
+        for_provider["skipCRDs"] = True
     if wait:
         for_provider["wait"] = True
         for_provider["waitTimeout"] = "10m"

@@ -92,6 +92,15 @@ CHARTS: dict[str, Chart] = {
 # IMAGES["modelexpress-server"]'s version.
 WORKLOAD_CRDS: dict[str, str] = {
     "sigs.k8s.io/gateway-api-inference-extension": "v1.0.1",
+    # The chart's tag (CHARTS["node-feature-discovery"]): its crds/, which CHART_CRDS applies.
+    "sigs.k8s.io/node-feature-discovery": "v0.18.3",
+}
+
+# Charts whose crds/ the function applies itself, by release key: the file fetch.sh writes from
+# the chart's own module (WORKLOAD_CRDS, at the chart's version). Helm installs crds/ once and never
+# upgrades them; these move with each bump of the chart.
+CHART_CRDS: dict[str, str] = {
+    "node-feature-discovery": "nfd-api-crds.yaml",
 }
 
 # Images the function runs itself (not through a chart).

@@ -88,7 +88,9 @@ def checked(release: dict) -> bool:
 
 
 @functools.cache
-def _template(path: Path, name: str, namespace: str, values: str, helm: str) -> tuple[dict, ...]:
+def _template(
+    path: Path, name: str, namespace: str, values: str, helm: str, crds: bool = True
+) -> tuple[dict, ...]:
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         f.write(values)
         f.flush()
@@ -102,7 +104,7 @@ def _template(path: Path, name: str, namespace: str, values: str, helm: str) -> 
                 namespace,
                 "--kube-version",
                 KUBE_VERSION,
-                "--include-crds",
+                *(["--include-crds"] if crds else []),
                 "-f",
                 f.name,
             ],
@@ -115,17 +117,22 @@ def _template(path: Path, name: str, namespace: str, values: str, helm: str) -> 
     return tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
 
 
-def template(release: dict, helm: str | None = None, *, again: bool = False) -> tuple[dict, ...]:
-    """The manifests provider-helm installs for a Release (CRDs included), rendered by `helm`
-    (default: helm_bin()); again: rendered anew, not the kept rendering (what a chart draws at
-    random, a generated CA say, differs between two)."""
+def template(
+    release: dict, helm: str | None = None, *, again: bool = False, crds: bool | None = None
+) -> tuple[dict, ...]:
+    """The manifests provider-helm installs for a Release (its crds/ unless it skips them),
+    rendered by `helm` (default: helm_bin()); again: rendered anew, not the kept rendering (what a
+    chart draws at random, a generated CA say, differs between two); crds: the chart's crds/ or
+    not, whatever the Release says."""
     chart = chart_of(release)
     path = chart_path(chart["name"], chart["version"])
     assert path is not None, f"no chart {chart['name']} {chart['version']} in {charts_dir()}"
     values = json.dumps(release["spec"]["forProvider"].get("values") or {}, sort_keys=True)
     namespace = release["spec"]["forProvider"]["namespace"]
     render = _template.__wrapped__ if again else _template
-    return render(path, release_name(release), namespace, values, helm or helm_bin())
+    if crds is None:
+        crds = not release["spec"]["forProvider"].get("skipCRDs", False)
+    return render(path, release_name(release), namespace, values, helm or helm_bin(), crds)
 
 
 # --- which values a chart reads --------------------------------------------------------------------

@@ -18,7 +18,12 @@ import yaml
 from cryptography import x509
 
 from function.serving import drains
-from function.serving.components import AI_GATEWAY_VALUES, AI_GATEWAY_WEBHOOK_SECRET, LWS_BUDGET
+from function.serving.components import (
+    AI_GATEWAY_VALUES,
+    AI_GATEWAY_WEBHOOK_SECRET,
+    GROVE_BUDGET,
+    LWS_BUDGET,
+)
 from tests import charts
 from tests.test_charts import CHECKED, RELEASES, own_release
 
@@ -179,9 +184,10 @@ def test_what_the_stack_needs_survives_a_drain(component):
 
 
 def test_engine_pods_admission_survives_a_drain():
-    """LWS's pod webhooks and KAI's admission and scheduler admit and place every engine pod:
-    two LWS controllers under the function's budget (the chart has none), and every KAI operand
-    at two replicas through the kai-config the chart's hook applies."""
+    """LWS's pod webhooks, Grove's PodCliqueSet webhooks and KAI's admission and scheduler admit
+    and place every engine: two LWS controllers and two Grove operators under the function's
+    budgets (the charts have none), and every KAI operand at two replicas through the kai-config
+    the chart's hook applies."""
     manifests = charts.template(own_release("leader-worker-set"))
     deployment, pod = _pods_of(
         manifests, "Deployment", "mp-leader-worker-set-lws-controller-manager"
@@ -191,6 +197,15 @@ def test_engine_pods_admission_survives_a_drain():
         LWS_BUDGET["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     )
     assert LWS_BUDGET["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+
+    grove = charts.template(own_release("grove"))
+    deployment, pod = _pods_of(grove, "Deployment", "grove-operator")
+    assert deployment["spec"]["replicas"] == drains.REPLICAS
+    selector = GROVE_BUDGET["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert selector == deployment["spec"]["selector"]["matchLabels"]
+    assert GROVE_BUDGET["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert not [m for m in grove if m["kind"] == "PodDisruptionBudget"]  # the chart has none
 
     kai = charts.template(own_release("kai-scheduler"))
     [config] = [m for m in kai if m["metadata"]["name"] == "kai-config-manifest"]

@@ -8,6 +8,7 @@
   CRDs and ../shared/crds/workload.
 """
 
+import copy
 import json
 from pathlib import Path
 
@@ -16,7 +17,8 @@ import yaml
 
 from function import names
 from function.serving import adoption
-from function.serving.components import COMPONENTS
+from function.serving.components import CHART_OF_CRD, COMPONENTS
+from function.versions import CHART_CRDS
 from tests import charts, nodes
 from tests.conftest import crds_dir
 from tests.e2e.charts_server import STAND_IN_CHARTS, STAND_INS
@@ -89,7 +91,7 @@ def chart_crds(tmp_path_factory) -> Path:
         for release in RELEASES[name]
         for m in charts.template(release)
         if m["kind"] == "CustomResourceDefinition"
-    }
+    } | {m["metadata"]["name"]: m for m in applied_crds()}
     path = tmp_path_factory.mktemp("chart-crds") / "crds.json"
     path.write_text("\n---\n".join(json.dumps(crds[k]) for k in sorted(crds)) + "\n")
     return path
@@ -310,6 +312,41 @@ def test_the_nebius_csi_stand_in_installs_what_the_function_relies_on():
     pod = by_kind["DaemonSet"]["spec"]["template"]["spec"]
     assert pod["tolerations"] == spec["values"]["tolerations"]
     assert pod["volumes"][0]["hostPath"]["path"] == spec["values"]["dataDir"]
+
+
+def applied_crds() -> list[dict]:
+    """The charts' CRDs the function applies itself (CHART_CRDS), as its Objects carry them."""
+    return [
+        o["spec"]["forProvider"]["manifest"]
+        for example in EXAMPLES
+        for o in charts.converged(example)
+        if o["kind"] == "Object"
+        and o["spec"]["forProvider"]["manifest"]["kind"] == "CustomResourceDefinition"
+        and CHART_OF_CRD in o["spec"]["forProvider"]["manifest"]["metadata"].get("annotations", {})
+    ]
+
+
+@pytest.mark.parametrize("component", sorted(CHART_CRDS))
+def test_a_release_that_skips_its_crds_gets_them_from_the_function(component):
+    """The real chart's path: what its crds/ render (helm --include-crds) and its release skips is
+    exactly what the function applies, each marked with the chart's version."""
+    release = own_release(component)
+    assert release["spec"]["forProvider"]["skipCRDs"] is True
+    skipped = {
+        m["metadata"]["name"]: m
+        for m in charts.template(release, crds=True)
+        if m not in charts.template(release)
+    }
+    assert skipped and all(m["kind"] == "CustomResourceDefinition" for m in skipped.values())
+    applied = {m["metadata"]["name"]: m for m in applied_crds() if m["metadata"]["name"] in skipped}
+    assert applied.keys() == skipped.keys()
+    chart = charts.chart_of(release)
+    for name, crd in applied.items():
+        marked = copy.deepcopy(crd)
+        assert marked["metadata"]["annotations"].pop(CHART_OF_CRD) == (
+            f"{chart['name']}-{chart['version']}"
+        )
+        assert marked == skipped[name], name
 
 
 def own_release(component: str) -> dict:

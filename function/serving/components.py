@@ -17,7 +17,7 @@ import yaml
 from function import names, wire
 from function.models import CLOUD_BLOCKS
 from function.serving import drains, gateway, gpus, modelexpress_crds
-from function.versions import CHARTS, IMAGES
+from function.versions import CHART_CRDS, CHARTS, IMAGES
 from function.workload import GATEWAY_LOAD_BALANCER, GPU_TOLERATION
 
 STANDARD, DYNAMO = "Standard", "Dynamo"
@@ -80,14 +80,19 @@ class Component:
     # The sources on whose clusters deleting the XR leaves it there (management policies without
     # Delete): a namespace on a cluster someone else runs may hold what is not the function's.
     left_on: frozenset[str] = frozenset()
+    # Charts: the components that apply the chart's own CRDs (also in `after`). The release is
+    # installed without them (skipCRDs) and moves to a new chart version only once they have.
+    crds: tuple[str, ...] = ()
 
     @functools.cached_property
     def resource_key(self) -> str:
         return f"release-{self.key}" if self.chart else self.key
 
 
-def chart(key: str, values: dict | Build, **kw) -> Component:
-    return _component(key, values, chart=True, **kw)
+def chart(key: str, values: dict | Build, *, crds: tuple[str, ...] = (), **kw) -> Component:
+    if crds:
+        kw["after"] = (*kw.get("after", ()), *crds)
+    return _component(key, values, chart=True, crds=crds, **kw)
 
 
 def manifest(key: str, body: dict | Build, **kw) -> Component:
@@ -101,12 +106,45 @@ def _component(key: str, made: dict | Build, **kw) -> Component:
     return Component(key, lambda _ctx: made, fixed=wire.fixed(made), **kw)
 
 
-def _crd(file: str) -> dict:
-    """A CRD file `make setup` (hack/crds/fetch.sh) puts in the package at build time."""
+def _crds_in(file: str) -> list[dict]:
+    """The CRDs of a file `make setup` (hack/crds/fetch.sh) puts in the package at build time."""
     path = CRDS / file
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: build the package with `make setup`")
-    return yaml.safe_load(path.read_text())
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _crd(file: str) -> dict:
+    (crd,) = _crds_in(file)
+    return crd
+
+
+# Which chart version a CRD the function applies for a chart came from: the release moves to a
+# new version once the cluster's CRDs carry it (function/serving/stack.py).
+CHART_OF_CRD = "modelplane.ai/chart"
+
+
+def chart_mark(key: str) -> str:
+    """What a chart's CRDs carry under CHART_OF_CRD: Helm's chart label, name-version."""
+    return f"{CHARTS[key].name}-{CHARTS[key].version}"
+
+
+def chart_crds(key: str, prefix: str, ready_when: str, **kw) -> tuple[Component, ...]:
+    """One Object per CRD of the chart's crds/ (CHART_CRDS), marked with the chart's version.
+
+    Helm installs crds/ once and never upgrades them (helm.sh/docs/chart_best_practices/
+    custom_resource_definitions), and provider-helm only offers skipCRDs: applied by the function,
+    they move with every chart bump, before the controller that needs them."""
+    made = []
+    for crd in _crds_in(CHART_CRDS[key]):
+        meta = crd["metadata"]
+        annotations = {**meta.get("annotations", {}), CHART_OF_CRD: chart_mark(key)}
+        marked = {**meta, "annotations": annotations}
+        plural = crd["spec"]["names"]["plural"]
+        made.append(
+            manifest(f"{prefix}-{plural}", {**crd, "metadata": marked}, ready_when=ready_when, **kw)
+        )
+    return tuple(made)
 
 
 # Pod Security admission (kubernetes.io/docs/concepts/security/pod-security-admission): a cluster
@@ -305,10 +343,35 @@ INFERENCE_POOL_READER_BINDING = {
 # empty data the operator then fills, conflicts under Helm 4's server-side apply (provider-helm
 # v1.4.0) on every upgrade of the release. The pod annotation rolls the operator on the upgrade
 # that stops rendering the Secret (and deletes it), so the new pod makes it at once.
+# Its CRDs move with the chart through its own installer (values.yaml crdInstaller; an init
+# container running operator/cmd/install-crds, a server-side apply of the CRDs built into the
+# image of the chart's version, at every start of the operator's pod, so at every upgrade): Helm
+# never upgrades crds/ (docs/installation.md at the tag pairs it with webhookServerSecret off, as
+# here). It gives the operator's ServiceAccount get, create, update and patch on its five CRDs by
+# name, nothing more (templates/clusterrole.yaml).
+# Its webhooks (PodCliqueSet defaulting and validation, fail-closed) admit every Dynamo engine:
+# two replicas (its controllers leader-elect, config.leaderElection on by default; every replica
+# serves the webhooks; cert-controller v0.14.0's rotator runs in each, RequireLeaderElection off,
+# and a write of the shared Secret that fails is retried with backoff after reading it again,
+# pkg/rotator/rotator.go refreshCertIfNeeded), under a budget the function composes (the
+# chart has none), selecting the chart's deployment.labels (templates/_helpers.tpl).
 GROVE_VALUES = {
     "config": {"scheduler": {"defaultProfileName": "kai-scheduler"}},
     "webhookServerSecret": {"enabled": False},
     "podAnnotations": {"modelplane.ai/webhook-secret": "made-by-the-operator"},
+    "crdInstaller": {"enabled": True},
+    "replicaCount": drains.REPLICAS,
+}
+GROVE_POD_LABELS = {
+    "app.kubernetes.io/component": "operator-deployment",
+    "app.kubernetes.io/name": "grove-operator",
+    "app.kubernetes.io/part-of": "grove",
+}
+GROVE_BUDGET = {
+    "apiVersion": "policy/v1",
+    "kind": "PodDisruptionBudget",
+    "metadata": {"name": "grove-operator", "namespace": CHARTS["grove"].namespace},
+    "spec": {**drains.BUDGET, "selector": {"matchLabels": GROVE_POD_LABELS}},
 }
 
 # Engine pods are admitted by the LWS controller's pod webhooks (fail-closed, every namespace) and
@@ -473,6 +536,9 @@ def modelexpress(kind: str) -> dict:
     }
 
 
+CRD_ESTABLISHED = "has(object.status) && has(object.status.conditions) && " + (
+    "object.status.conditions.exists(c, c.type == 'Established' && c.status == 'True')"
+)
 DEPLOYMENT_AVAILABLE = (
     "has(object.status) && has(object.status.conditions) && "
     "object.status.conditions.exists(c, c.type == 'Available' && c.status == 'True')"
@@ -481,8 +547,14 @@ DEPLOYMENT_AVAILABLE = (
 
 def table() -> tuple[Component, ...]:
     """Every component, in the order they are composed (a component's `after` come first)."""
-    crds_ready = "has(object.status) && has(object.status.conditions) && " + (
-        "object.status.conditions.exists(c, c.type == 'Established' && c.status == 'True')"
+    # On a cluster someone else runs, a CRD outlives the XR as Helm leaves crds/ behind: other
+    # objects of its kind may be there.
+    nfd_crds = chart_crds(
+        "node-feature-discovery",
+        "nfd-crd",
+        CRD_ESTABLISHED,
+        inside="node-feature-discovery",
+        left_on=frozenset({EXISTING}),
     )
     return (
         # Certificates, trust, and the namespaces the stack's own objects live in.
@@ -509,12 +581,12 @@ def table() -> tuple[Component, ...]:
         manifest(
             "gaie-crd-inferencepools",
             _crd("inference.networking.k8s.io_inferencepools.yaml"),
-            ready_when=crds_ready,
+            ready_when=CRD_ESTABLISHED,
         ),
         manifest(
             "gaie-crd-inferenceobjectives",
             _crd("inference.networking.x-k8s.io_inferenceobjectives.yaml"),
-            ready_when=crds_ready,
+            ready_when=CRD_ESTABLISHED,
         ),
         # Made for the function's Envoy Gateway (its service account), never for another's.
         manifest(
@@ -553,7 +625,13 @@ def table() -> tuple[Component, ...]:
             inside="node-feature-discovery",
             left_on=frozenset({EXISTING}),
         ),
-        chart("node-feature-discovery", NFD_VALUES, after=("nfd-namespace",)),
+        *nfd_crds,
+        chart(
+            "node-feature-discovery",
+            NFD_VALUES,
+            after=("nfd-namespace",),
+            crds=tuple(c.key for c in nfd_crds),
+        ),
         manifest(
             "dra-driver-namespace",
             namespace(CHARTS["nvidia-dra-driver"].namespace, PRIVILEGED),
@@ -668,6 +746,13 @@ def table() -> tuple[Component, ...]:
         chart("kai-scheduler", KAI_VALUES, stacks=frozenset({DYNAMO}), wait=True),
         chart("grove", GROVE_VALUES, after=("kai-scheduler",), stacks=frozenset({DYNAMO})),
         manifest(
+            "grove-disruption-budget",
+            GROVE_BUDGET,
+            after=("grove",),
+            stacks=frozenset({DYNAMO}),
+            inside="grove",
+        ),
+        manifest(
             "kai-queue-root",
             queue("modelplane-root", None),
             after=("kai-scheduler",),
@@ -683,13 +768,13 @@ def table() -> tuple[Component, ...]:
             "modelexpress-crd-modelmetadatas",
             modelexpress_crds.model_metadata(),
             stacks=frozenset({DYNAMO}),
-            ready_when=crds_ready,
+            ready_when=CRD_ESTABLISHED,
         ),
         manifest(
             "modelexpress-crd-modelcacheentries",
             modelexpress_crds.model_cache_entry(),
             stacks=frozenset({DYNAMO}),
-            ready_when=crds_ready,
+            ready_when=CRD_ESTABLISHED,
         ),
         *(
             manifest(

@@ -29,6 +29,7 @@ from function.models import InferenceCluster
 from function.output import Condition, Desired, Requirement, Result
 from function.serving import adoption, conflicts, gateway, gpus, looking
 from function.serving.components import (
+    CHART_OF_CRD,
     COMPONENTS,
     EXISTING,
     GPU_NODE_LABEL,
@@ -36,6 +37,7 @@ from function.serving.components import (
     RESOURCE_KEYS,
     Component,
     Context,
+    chart_mark,
 )
 from function.versions import CHARTS
 
@@ -165,6 +167,11 @@ class _Walk:
                 self.withheld.append(key)
             else:
                 facts.resources[key] = Desired(as_desired(seen.body), ready=seen.ready)
+            return
+        behind = _crds_behind(component, self.inputs.observed.resources) if seen else []
+        if behind:  # a chart bump: its CRDs move first, the release stays as it is till then
+            facts.resources[key] = Desired(as_desired(seen.body), ready=seen.ready)
+            self.pending[key] = ", ".join(behind)
             return
         if seen is None and any(RESOURCE_KEYS[w] in self.withheld for w in component.watches):
             self.withheld.append(key)
@@ -314,6 +321,7 @@ def _make_body(component: Component, built: dict, ctx: Context, provider_config:
             provider_config,
             built,
             wait=component.wait,
+            skip_crds=bool(component.crds),
         )
     policies = NO_DELETE if ctx.source in component.left_on else component.policies
     return kube.manifest_object(
@@ -425,6 +433,19 @@ def _blocked(
     if component.key == DRA_DRIVER:  # the node driver a cloud installs itself comes first
         blocked += [k for k in cluster.nvidia_driver_installers if not _ready(observed.get(k))]
     return blocked
+
+
+def _crds_behind(component: Component, observed) -> list[str]:
+    """The chart's CRDs (applied by the function) the cluster does not hold at its version yet."""
+    if not component.crds:
+        return []
+    mark = chart_mark(component.key)
+    return [
+        k
+        for k in component.crds
+        if not _ready(seen := observed.get(RESOURCE_KEYS[k]))
+        or seen.at_provider("manifest", "metadata", "annotations", CHART_OF_CRD) != mark
+    ]
 
 
 def _stands(adopted: adoption.Decision | None) -> bool:

@@ -2,6 +2,9 @@
 // go.sum holds their registry checksums, so a download that differs fails.
 module modelplane.ai/hack/crds
 
-go 1.24.0
+go 1.25.0
 
-require sigs.k8s.io/gateway-api-inference-extension v1.0.1
+require (
+	sigs.k8s.io/gateway-api-inference-extension v1.0.1
+	sigs.k8s.io/node-feature-discovery v0.18.3
+)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import copy
 import functools
 import subprocess
 import time
@@ -34,10 +35,14 @@ from dataclasses import dataclass, replace
 import pytest
 import yaml
 
-from function import failures
+from function import failures, names
+from function import kube as composed_kube
 from function.serving.components import (
     AI_GATEWAY_VALUES,
     AI_GATEWAY_WEBHOOK_SECRET,
+    CHART_OF_CRD,
+    COMPONENTS,
+    CRD_ESTABLISHED,
     PRIVILEGED,
 )
 from function.versions import CHARTS
@@ -840,7 +845,8 @@ def test_what_the_providers_report_failing_reaches_the_xr_in_their_words(
 
 def standalone_release(kube: Kube, wl: WorkloadCluster, name: str, for_provider: dict) -> dict:
     """A Release of its own (no XR's) on a workload cluster, through a ClusterProviderConfig
-    with the cluster's kubeconfig; remove_standalone_release uninstalls it."""
+    with the cluster's kubeconfig (one for provider-kubernetes too, by the same name);
+    remove_standalone_release uninstalls it."""
     kube.apply(
         {
             "apiVersion": "v1",
@@ -849,19 +855,24 @@ def standalone_release(kube: Kube, wl: WorkloadCluster, name: str, for_provider:
             "stringData": {"kubeconfig": wl.kubeconfig_text()},
         }
     )
-    kube.apply(
-        {
-            "apiVersion": "helm.m.crossplane.io/v1beta1",
-            "kind": "ClusterProviderConfig",
-            "metadata": {"name": name},
-            "spec": {
-                "credentials": {
-                    "source": "Secret",
-                    "secretRef": {"namespace": SYSTEM_NAMESPACE, "name": name, "key": "kubeconfig"},
-                }
-            },
-        }
-    )
+    for api in (names.HELM_PROVIDER_CONFIG_API, names.KUBERNETES_PROVIDER_CONFIG_API):
+        kube.apply(
+            {
+                "apiVersion": api,
+                "kind": "ClusterProviderConfig",
+                "metadata": {"name": name},
+                "spec": {
+                    "credentials": {
+                        "source": "Secret",
+                        "secretRef": {
+                            "namespace": SYSTEM_NAMESPACE,
+                            "name": name,
+                            "key": "kubeconfig",
+                        },
+                    }
+                },
+            }
+        )
     release = {
         "apiVersion": "helm.m.crossplane.io/v1beta1",
         "kind": "Release",
@@ -885,7 +896,8 @@ def remove_standalone_release(kube: Kube, name: str) -> None:
             timeout=120,
             what="the Release to be uninstalled",
         )
-    kube.delete("helm.m.crossplane.io/v1beta1", "ClusterProviderConfig", name)
+    for config_api in (names.HELM_PROVIDER_CONFIG_API, names.KUBERNETES_PROVIDER_CONFIG_API):
+        kube.delete(config_api, "ClusterProviderConfig", name)
     kube.delete("v1", "Secret", name, SYSTEM_NAMESPACE)
 
 
@@ -1095,4 +1107,127 @@ def test_the_ai_gateway_release_moves_its_webhook_certificate_to_cert_manager(
 
             assert_moved(wl.kube, namespace)
         finally:
+            remove_standalone_release(kube, name)
+
+
+def _next_chart_crd(crd: dict) -> dict:
+    """NFD's NodeFeature CRD as a next chart version would ship it: a new field in its schema,
+    marked with that version (no such chart exists: the change stands for one)."""
+    moved = copy.deepcopy(crd)
+    moved["metadata"]["annotations"][CHART_OF_CRD] = "node-feature-discovery-0.18.4"
+    (version,) = moved["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    spec["e2eNext"] = {"type": "string"}
+    return moved
+
+
+def test_a_live_release_s_crds_move_to_the_function_and_the_upgrade_skips_them(
+    control_plane: ControlPlane, kube: Kube, provider_processes, tmp_path_factory
+):
+    """A cluster converged by v0.2.0 runs NFD with the CRDs Helm installed from its crds/ (never
+    upgraded after). The real provider-kubernetes takes each CRD over as the function composes it
+    and moves it to a next version's schema in place (a NodeFeature made before survives, the CRD
+    stays Established), and the real provider-helm then upgrades the release with skipCRDs without
+    touching them. (The order, CRDs before the controller, is the engine's: tests/unit.)"""
+    etcd = f"http://{LOCALHOST}:{control_plane.ports.etcd}"
+    name = "e2e-crd-move"
+    chart = CHARTS["node-feature-discovery"]
+    crds = {
+        c.key: c.build(None)
+        for c in COMPONENTS
+        if c.key in next(c for c in COMPONENTS if c.key == "node-feature-discovery").crds
+    }
+    with WorkloadCluster(tmp_path_factory.mktemp("workload-crds"), etcd, "/workload-crds") as wl:
+        wl.add_node("system-0", {}, [], {"cpu": "8", "memory": "32Gi", "pods": "110"})
+        values = {"worker": {"enable": False}, "gc": {"enable": False}}
+        # An upgrade (a new revision): what changes besides skipCRDs does not matter.
+        upgraded = {"master": {"deploymentAnnotations": {"e2e.modelplane.ai/upgraded": "true"}}}
+        release = standalone_release(
+            kube,
+            wl,
+            name,
+            {"chart": NFD_CHART, "namespace": chart.namespace, "values": values},
+        )
+        api, kind = release["apiVersion"], release["kind"]
+        objects = {
+            key: composed_kube.manifest_object(name, key, body, name, ready_when=CRD_ESTABLISHED)
+            for key, body in crds.items()
+        }
+        objects["nfd-crd-nodefeatures"]["spec"]["forProvider"]["manifest"] = _next_chart_crd(
+            crds["nfd-crd-nodefeatures"]
+        )
+
+        def deployed(revision: int) -> dict | None:
+            got = kube.get(api, kind, name, SYSTEM_NAMESPACE)
+            at = (got.get("status") or {}).get("atProvider") or {}
+            done = ready(got) and at.get("state") == "deployed" and at.get("revision") == revision
+            return got if done else None
+
+        def status() -> str:
+            got = kube.get(api, kind, name, SYSTEM_NAMESPACE)
+            return f"{got.get('status')}\n{provider_processes.logs(20)}"
+
+        def remote(crd: str) -> dict:
+            return wl.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+
+        nodefeatures = "nodefeatures.nfd.k8s-sigs.io"
+        try:
+            wait_for(lambda: deployed(1), timeout=300, what="v0.2.0's release", describe=status)
+            helm_made = remote(nodefeatures)
+            assert CHART_OF_CRD not in helm_made["metadata"].get("annotations", {})
+            feature = {
+                "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+                "kind": "NodeFeature",
+                "metadata": {"name": "kept", "namespace": chart.namespace},
+                "spec": {"labels": {"e2e.modelplane.ai/kept": "true"}},
+            }
+            wl.kube.apply(feature)
+
+            for obj in objects.values():
+                kube.apply(obj)
+            for key, obj in objects.items():
+                wait_for(
+                    lambda obj=obj: ready(
+                        kube.get(
+                            obj["apiVersion"], "Object", obj["metadata"]["name"], SYSTEM_NAMESPACE
+                        )
+                    ),
+                    timeout=120,
+                    what=f"provider-kubernetes to apply {key} over Helm's",
+                    describe=lambda: provider_processes.logs(20),
+                )
+            moved = remote(nodefeatures)
+            assert moved["metadata"]["annotations"][CHART_OF_CRD] == "node-feature-discovery-0.18.4"
+            (version,) = moved["spec"]["versions"]
+            schema = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            assert "e2eNext" in schema
+            assert condition(moved, "Established").get("status") == "True"
+            for crd in crds.values():
+                got = remote(crd["metadata"]["name"])
+                assert CHART_OF_CRD in got["metadata"]["annotations"], got["metadata"]
+            assert wl.kube.get_or_none(
+                "nfd.k8s-sigs.io/v1alpha1", "NodeFeature", "kept", chart.namespace
+            )
+
+            kube.patch(
+                api,
+                kind,
+                name,
+                {"spec": {"forProvider": {"skipCRDs": True, "values": upgraded}}},
+                namespace=SYSTEM_NAMESPACE,
+            )
+            wait_for(lambda: deployed(2), timeout=300, what="the upgrade", describe=status)
+            after = remote(nodefeatures)
+            assert after["metadata"]["annotations"][CHART_OF_CRD] == "node-feature-discovery-0.18.4"
+            assert (
+                "e2eNext"
+                in (
+                    after["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+                        "properties"
+                    ]
+                )
+            )
+        finally:
+            for obj in objects.values():
+                kube.delete(obj["apiVersion"], "Object", obj["metadata"]["name"], SYSTEM_NAMESPACE)
             remove_standalone_release(kube, name)

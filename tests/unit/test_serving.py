@@ -7,16 +7,18 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
 from function import kube, serving
+from function.clusters.base import as_desired
 from function.compose import compose_cluster
-from function.inputs import Observed
+from function.inputs import Observed, ObservedResource
 from function.serving import GATEWAY_SCHEMA, GATEWAYS, gateway
-from function.serving.components import COMPONENTS, DYNAMO, STANDARD
+from function.serving.components import CHART_OF_CRD, COMPONENTS, DYNAMO, STANDARD
 from tests.builders import all_classes, example, provider_configs
 from tests.sim.providers import World
 from tests.sim.workload import CLUSTER_CA, FLEET_GATEWAY_CA, inference_gateway
 from tests.unit import sim
 from tests.unit.sim import reported
 
+COMPONENTS_BY_KEY = {c.key: c for c in COMPONENTS}
 INSTALLED = {GATEWAY_SCHEMA: True}
 NOT_INSTALLED = {GATEWAY_SCHEMA: False}
 OTHER_CA = CLUSTER_CA  # any other public certificate
@@ -349,6 +351,7 @@ def test_stacks_differ_only_in_their_own_components():
         "detect-grove",
         "detect-kai-scheduler",
         "release-grove",
+        "grove-disruption-budget",
         "release-kai-scheduler",
         "kai-queue-root",
         "kai-queue",
@@ -430,6 +433,70 @@ def test_nfd_labels_gpus_by_vendor_and_grove_gangs_through_kai():
     grove = dynamo.resources["release-grove"].body["spec"]["forProvider"]["values"]
     assert grove["config"]["scheduler"]["defaultProfileName"] == "kai-scheduler"
     assert "release-kai-scheduler" in dynamo.resources
+
+
+NFD_CRDS = ("nfd-crd-nodefeatures", "nfd-crd-nodefeaturegroups", "nfd-crd-nodefeaturerules")
+NFD_RELEASE = "release-node-feature-discovery"
+
+
+def test_nfd_s_crds_are_the_function_s_to_move_and_its_release_skips_them():
+    """Helm installs crds/ once and never upgrades them: applied as Objects, marked with the
+    chart's version, they move with the chart; Grove's own installer moves its CRDs."""
+    _, _, out = converged()
+    crds = {k: out.resources[k].body["spec"]["forProvider"]["manifest"] for k in NFD_CRDS}
+    assert {m["kind"] for m in crds.values()} == {"CustomResourceDefinition"}
+    assert {m["metadata"]["annotations"][CHART_OF_CRD] for m in crds.values()} == {
+        "node-feature-discovery-0.18.3"
+    }
+    release = out.resources[NFD_RELEASE].body["spec"]["forProvider"]
+    assert release["skipCRDs"] is True
+    assert set(NFD_CRDS) <= set(COMPONENTS_BY_KEY["node-feature-discovery"].after)
+    # Only the charts whose CRDs the function applies skip them.
+    skipping = [
+        k for k, d in out.resources.items() if d.body["spec"].get("forProvider", {}).get("skipCRDs")
+    ]
+    assert skipping == [NFD_RELEASE]
+    _, _, dynamo = converged(stack=DYNAMO)
+    grove = dynamo.resources["release-grove"].body["spec"]["forProvider"]["values"]
+    assert grove["crdInstaller"] == {"enabled": True}
+
+
+def _converged_by(out, older: str | None) -> Observed:
+    """What a cluster converged by an earlier release reports: its NFD release at the older chart
+    version, with the CRDs Helm installed (older None: none applied by the function) or the
+    ones the function applied marked with that version."""
+    resources = {}
+    for key, seen in reported(out).resources.items():
+        body = copy.deepcopy(seen.body)
+        if key in NFD_CRDS:
+            if older is None:
+                continue
+            remote = body["status"]["atProvider"]["manifest"]["metadata"]["annotations"]
+            remote[CHART_OF_CRD] = f"node-feature-discovery-{older}"
+        if key == NFD_RELEASE:
+            body["spec"]["forProvider"]["chart"]["version"] = older or "0.18.2"
+            body["spec"]["forProvider"].pop("skipCRDs")
+        resources[key] = ObservedResource(body)
+    return Observed(resources=resources, status=out.status)
+
+
+@pytest.mark.parametrize("older", [None, "0.18.2"])
+def test_a_chart_bump_moves_its_crds_before_its_controller(older):
+    xr, classes, out = converged()
+    req = required(classes, [inference_gateway("fleet-a")])
+    before = _converged_by(out, older)
+    moving = compose_cluster(xr, req, before, INSTALLED)
+    # The release stays as the cluster runs it; the CRDs move.
+    assert moving.resources[NFD_RELEASE].body == as_desired(before.resources[NFD_RELEASE].body)
+    for key in NFD_CRDS:
+        assert moving.resources[key].body == out.resources[key].body
+    backend = condition(moving, "BackendReady")
+    assert (backend.status, backend.reason) == (False, "Installing")
+    assert "nfd-crd-nodefeatures" in backend.message
+    # Once the cluster's CRDs carry the new version, the controller follows.
+    moved = compose_cluster(xr, req, reported(moving), INSTALLED)
+    assert moved.resources[NFD_RELEASE].body == out.resources[NFD_RELEASE].body
+    assert condition(moved, "BackendReady").status is True
 
 
 def _plugin_on(out, nodes: int):

@@ -15,7 +15,7 @@ import yaml
 
 from function.serving import modelexpress_crds
 from function.serving.components import CRDS
-from function.versions import IMAGES, WORKLOAD_CRDS
+from function.versions import CHART_CRDS, CHARTS, IMAGES, WORKLOAD_CRDS
 from tests.charts import charts_dir
 from tests.conftest import ROOT, crds_dir
 
@@ -24,6 +24,8 @@ FETCHED = {
     "inference.networking.k8s.io_inferencepools.yaml": "gateway-api-inference-extension",
     "inference.networking.x-k8s.io_inferenceobjectives.yaml": "gateway-api-inference-extension",
 }
+# Charts' own crds/, which the function applies (CHART_CRDS), by file.
+OF_CHARTS = {file: key for key, file in CHART_CRDS.items()}
 OWN = {
     "modelexpress.nvidia.com_modelmetadatas.yaml": modelexpress_crds.model_metadata,
     "modelexpress.nvidia.com_modelcacheentries.yaml": modelexpress_crds.model_cache_entry,
@@ -57,6 +59,19 @@ def test_fetched_crds_mean_what_upstream_means(file):
     assert yaml.safe_load(path.read_text()) == upstream(FETCHED[file], file)
 
 
+@pytest.mark.parametrize("key", sorted(CHART_CRDS))
+def test_a_charts_crds_are_the_ones_its_version_ships(key):
+    """What the function applies for a chart is, byte for byte, the crds/ of the chart at the
+    version CHARTS pins (../shared/charts, as published), fetched from the module at its tag."""
+    chart = CHARTS[key]
+    (module,) = [m for m in WORKLOAD_CRDS if m.rsplit("/", 1)[-1] == chart.name]
+    assert WORKLOAD_CRDS[module].removeprefix("v") == chart.version.removeprefix("v")
+    file = CHART_CRDS[key]
+    published = charts_dir() / f"{chart.name}-{chart.version}" / "crds" / file
+    assert (CRDS / file).read_bytes() == published.read_bytes()
+    assert sorted(p.name for p in published.parent.iterdir()) == [file]
+
+
 @pytest.mark.parametrize("file", sorted(OWN))
 def test_own_modelexpress_crds_mean_what_upstream_means(file):
     assert OWN[file]() == upstream("modelexpress", file)
@@ -75,7 +90,8 @@ def test_the_crd_module_is_pinned_with_its_checksum():
     go_mod = (HACK / "go.mod").read_text()
     go_sum = (HACK / "go.sum").read_text().splitlines()
     for module, version in WORKLOAD_CRDS.items():
-        assert re.search(rf"^require {re.escape(module)} {re.escape(version)}$", go_mod, re.M)
+        line = rf"^(require )?\s*{re.escape(module)} {re.escape(version)}$"
+        assert re.search(line, go_mod, re.M), module
         assert any(
             re.fullmatch(rf"{re.escape(module)} {re.escape(version)} h1:\S+=", line)
             for line in go_sum
@@ -85,8 +101,8 @@ def test_the_crd_module_is_pinned_with_its_checksum():
 def test_fetch_writes_the_crds_again_from_the_module(tmp_path):
     """fetch.sh alone (as make, build-image.sh and the Dockerfile run it) gives the same files."""
     subprocess.run([str(HACK / "fetch.sh"), str(tmp_path)], check=True, timeout=600)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(FETCHED)
-    for file in FETCHED:
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(FETCHED | OF_CHARTS)
+    for file in FETCHED | OF_CHARTS:
         assert (tmp_path / file).read_bytes() == (CRDS / file).read_bytes()
 
 
