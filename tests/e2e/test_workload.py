@@ -887,6 +887,20 @@ def standalone_release(kube: Kube, wl: WorkloadCluster, name: str, for_provider:
     return release
 
 
+def release_deployed(kube: Kube, name: str, revision: int) -> dict | None:
+    """A standalone Release, once Ready and deployed at that revision."""
+    got = kube.get(names.HELM_RELEASE_API, "Release", name, SYSTEM_NAMESPACE)
+    at = (got.get("status") or {}).get("atProvider") or {}
+    done = ready(got) and at.get("state") == "deployed" and at.get("revision") == revision
+    return got if done else None
+
+
+def release_status(kube: Kube, name: str, processes) -> str:
+    """What a standalone Release reports, and what the providers logged last."""
+    got = kube.get(names.HELM_RELEASE_API, "Release", name, SYSTEM_NAMESPACE)
+    return f"{got.get('status')}\n{processes.logs(20)}"
+
+
 def remove_standalone_release(kube: Kube, name: str) -> None:
     api, kind = "helm.m.crossplane.io/v1beta1", "Release"
     kube.delete(api, kind, name, SYSTEM_NAMESPACE)
@@ -1078,15 +1092,8 @@ def test_the_ai_gateway_release_moves_its_webhook_certificate_to_cert_manager(
         )
         api, kind = release["apiVersion"], release["kind"]
 
-        def deployed(revision: int) -> dict | None:
-            got = kube.get(api, kind, name, SYSTEM_NAMESPACE)
-            at = (got.get("status") or {}).get("atProvider") or {}
-            done = ready(got) and at.get("state") == "deployed" and at.get("revision") == revision
-            return got if done else None
-
-        def status() -> str:
-            got = kube.get(api, kind, name, SYSTEM_NAMESPACE)
-            return f"{got.get('status')}\n{provider_processes.logs(20)}"
+        deployed = functools.partial(release_deployed, kube, name)
+        status = functools.partial(release_status, kube, name, provider_processes)
 
         try:
             wait_for(lambda: deployed(1), timeout=300, what="v0.1.0's release", describe=status)
@@ -1157,15 +1164,8 @@ def test_a_live_release_s_crds_move_to_the_function_and_the_upgrade_skips_them(
             crds["nfd-crd-nodefeatures"]
         )
 
-        def deployed(revision: int) -> dict | None:
-            got = kube.get(api, kind, name, SYSTEM_NAMESPACE)
-            at = (got.get("status") or {}).get("atProvider") or {}
-            done = ready(got) and at.get("state") == "deployed" and at.get("revision") == revision
-            return got if done else None
-
-        def status() -> str:
-            got = kube.get(api, kind, name, SYSTEM_NAMESPACE)
-            return f"{got.get('status')}\n{provider_processes.logs(20)}"
+        deployed = functools.partial(release_deployed, kube, name)
+        status = functools.partial(release_status, kube, name, provider_processes)
 
         def remote(crd: str) -> dict:
             return wl.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
