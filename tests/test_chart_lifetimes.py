@@ -206,6 +206,8 @@ def test_engine_pods_admission_survives_a_drain():
     assert selector == deployment["spec"]["selector"]["matchLabels"]
     assert GROVE_BUDGET["metadata"]["namespace"] == deployment["metadata"]["namespace"]
     assert not [m for m in grove if m["kind"] == "PodDisruptionBudget"]  # the chart has none
+    # Ready only once it serves: the chart's readiness probe, on.
+    assert pod["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
     kai = charts.template(own_release("kai-scheduler"))
     [config] = [m for m in kai if m["metadata"]["name"] == "kai-config-manifest"]

@@ -129,12 +129,15 @@ def chart_mark(key: str) -> str:
     return f"{CHARTS[key].name}-{CHARTS[key].version}"
 
 
-def chart_crds(key: str, prefix: str, ready_when: str, **kw) -> tuple[Component, ...]:
+def chart_crds(key: str, prefix: str, **kw) -> tuple[Component, ...]:
     """One Object per CRD of the chart's crds/ (CHART_CRDS), marked with the chart's version.
 
     Helm installs crds/ once and never upgrades them (helm.sh/docs/chart_best_practices/
     custom_resource_definitions), and provider-helm only offers skipCRDs: applied by the function,
-    they move with every chart bump, before the controller that needs them."""
+    they move with every chart bump, before the controller that needs them. Never deleted through
+    their Objects, on any cluster (as Helm never deletes crds/): deleting a CRD deletes every
+    object of its kind (NFD's NodeFeatures, and with them the GPU labels the DRA plugin is
+    placed by); a provisioned cluster's go with it."""
     made = []
     for crd in _crds_in(CHART_CRDS[key]):
         meta = crd["metadata"]
@@ -142,9 +145,25 @@ def chart_crds(key: str, prefix: str, ready_when: str, **kw) -> tuple[Component,
         marked = {**meta, "annotations": annotations}
         plural = crd["spec"]["names"]["plural"]
         made.append(
-            manifest(f"{prefix}-{plural}", {**crd, "metadata": marked}, ready_when=ready_when, **kw)
+            manifest(
+                f"{prefix}-{plural}",
+                {**crd, "metadata": marked},
+                ready_when=f"{CRD_ESTABLISHED} && {marked_with(key)}",
+                policies=NO_DELETE,
+                **kw,
+            )
         )
     return tuple(made)
+
+
+def marked_with(key: str) -> str:
+    """CEL: the remote CRD carries the chart's mark. Ready then means the function's CRD was
+    applied, not merely that a CRD of that name is Established (provider-kubernetes derives
+    readiness from the observed object even when its apply failed)."""
+    return (
+        f"has(object.metadata.annotations) && '{CHART_OF_CRD}' in object.metadata.annotations"
+        f" && object.metadata.annotations['{CHART_OF_CRD}'] == '{chart_mark(key)}'"
+    )
 
 
 # Pod Security admission (kubernetes.io/docs/concepts/security/pod-security-admission): a cluster
@@ -356,11 +375,17 @@ INFERENCE_POOL_READER_BINDING = {
 # pkg/rotator/rotator.go refreshCertIfNeeded), under a budget the function composes (the
 # chart has none), selecting the chart's deployment.labels (templates/_helpers.tpl).
 GROVE_VALUES = {
-    "config": {"scheduler": {"defaultProfileName": "kai-scheduler"}},
     "webhookServerSecret": {"enabled": False},
     "podAnnotations": {"modelplane.ai/webhook-secret": "made-by-the-operator"},
     "crdInstaller": {"enabled": True},
     "replicaCount": drains.REPLICAS,
+    # Ready only once its certificates are in place and its webhook server serves
+    # (cmd/main.go, manager.go at the tag): off by default, a new pod would count as available,
+    # to the rollout and to the budget, before it can admit anything.
+    "config": {
+        "scheduler": {"defaultProfileName": "kai-scheduler"},
+        "server": {"healthProbes": {"enable": True}},
+    },
 }
 GROVE_POD_LABELS = {
     "app.kubernetes.io/component": "operator-deployment",
@@ -371,7 +396,7 @@ GROVE_BUDGET = {
     "apiVersion": "policy/v1",
     "kind": "PodDisruptionBudget",
     "metadata": {"name": "grove-operator", "namespace": CHARTS["grove"].namespace},
-    "spec": {**drains.BUDGET, "selector": {"matchLabels": GROVE_POD_LABELS}},
+    "spec": {**drains.OWN_BUDGET, "selector": {"matchLabels": GROVE_POD_LABELS}},
 }
 
 # Engine pods are admitted by the LWS controller's pod webhooks (fail-closed, every namespace) and
@@ -392,7 +417,7 @@ LWS_BUDGET = {
         "name": "lws-controller-manager",
         "namespace": CHARTS["leader-worker-set"].namespace,
     },
-    "spec": {**drains.BUDGET, "selector": {"matchLabels": LWS_POD_LABELS}},
+    "spec": {**drains.OWN_BUDGET, "selector": {"matchLabels": LWS_POD_LABELS}},
 }
 # kai-scheduler v0.16.8 hands operator.replicaCount to every operand through its kai-config
 # (templates/_helpers.tpl global.replicaCount) and turns leader election on above one
@@ -547,15 +572,7 @@ DEPLOYMENT_AVAILABLE = (
 
 def table() -> tuple[Component, ...]:
     """Every component, in the order they are composed (a component's `after` come first)."""
-    # On a cluster someone else runs, a CRD outlives the XR as Helm leaves crds/ behind: other
-    # objects of its kind may be there.
-    nfd_crds = chart_crds(
-        "node-feature-discovery",
-        "nfd-crd",
-        CRD_ESTABLISHED,
-        inside="node-feature-discovery",
-        left_on=frozenset({EXISTING}),
-    )
+    nfd_crds = chart_crds("node-feature-discovery", "nfd-crd", inside="node-feature-discovery")
     return (
         # Certificates, trust, and the namespaces the stack's own objects live in.
         chart("cert-manager", CERT_MANAGER_VALUES, wait=True),

@@ -8,6 +8,10 @@ REPLICAS = 2
 # At most one of them down for a voluntary disruption: with two, the drain waits for the evicted
 # one to be back before it takes the other.
 BUDGET = {"maxUnavailable": 1}
+# A budget the function composes itself also lets a drain evict a pod that is not Ready
+# (policy/v1 unhealthyPodEvictionPolicy, GA in Kubernetes 1.31): a replica that never becomes
+# Ready would otherwise block every drain of its node for good.
+OWN_BUDGET = {**BUDGET, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
 
 
 def spread(labels: dict[str, str]) -> list[dict]:

@@ -42,7 +42,6 @@ from function.serving.components import (
     AI_GATEWAY_WEBHOOK_SECRET,
     CHART_OF_CRD,
     COMPONENTS,
-    CRD_ESTABLISHED,
     PRIVILEGED,
 )
 from function.versions import CHARTS
@@ -1139,11 +1138,9 @@ def test_a_live_release_s_crds_move_to_the_function_and_the_upgrade_skips_them(
     etcd = f"http://{LOCALHOST}:{control_plane.ports.etcd}"
     name = "e2e-crd-move"
     chart = CHARTS["node-feature-discovery"]
-    crds = {
-        c.key: c.build(None)
-        for c in COMPONENTS
-        if c.key in next(c for c in COMPONENTS if c.key == "node-feature-discovery").crds
-    }
+    wanted = next(c for c in COMPONENTS if c.key == "node-feature-discovery").crds
+    crd_components = {c.key: c for c in COMPONENTS if c.key in wanted}
+    crds = {key: c.build(None) for key, c in crd_components.items()}
     with WorkloadCluster(tmp_path_factory.mktemp("workload-crds"), etcd, "/workload-crds") as wl:
         wl.add_node("system-0", {}, [], {"cpu": "8", "memory": "32Gi", "pods": "110"})
         values = {"worker": {"enable": False}, "gc": {"enable": False}}
@@ -1156,13 +1153,21 @@ def test_a_live_release_s_crds_move_to_the_function_and_the_upgrade_skips_them(
             {"chart": NFD_CHART, "namespace": chart.namespace, "values": values},
         )
         api, kind = release["apiVersion"], release["kind"]
+        # Each Ready by the function's own query (Established, and carrying its mark), evaluated
+        # by the real provider-kubernetes; the changed one by the next version's mark.
         objects = {
-            key: composed_kube.manifest_object(name, key, body, name, ready_when=CRD_ESTABLISHED)
+            key: composed_kube.manifest_object(
+                name, key, body, name, ready_when=crd_components[key].ready_when
+            )
             for key, body in crds.items()
         }
-        objects["nfd-crd-nodefeatures"]["spec"]["forProvider"]["manifest"] = _next_chart_crd(
-            crds["nfd-crd-nodefeatures"]
+        moved_object = objects["nfd-crd-nodefeatures"]["spec"]
+        moved_object["forProvider"]["manifest"] = _next_chart_crd(crds["nfd-crd-nodefeatures"])
+        query = moved_object["readiness"]["celQuery"]
+        moved_object["readiness"]["celQuery"] = query.replace(
+            "node-feature-discovery-0.18.3", "node-feature-discovery-0.18.4"
         )
+        assert moved_object["readiness"]["celQuery"] != query
 
         deployed = functools.partial(release_deployed, kube, name)
         status = functools.partial(release_status, kube, name, provider_processes)

@@ -448,6 +448,12 @@ def test_nfd_s_crds_are_the_function_s_to_move_and_its_release_skips_them():
     assert {m["metadata"]["annotations"][CHART_OF_CRD] for m in crds.values()} == {
         "node-feature-discovery-0.18.3"
     }
+    for key in NFD_CRDS:
+        spec = out.resources[key].body["spec"]
+        # Never deleted through their Objects: every NodeFeature would go with them.
+        assert "Delete" not in spec["managementPolicies"]
+        # Ready means the function's CRD is there, not merely one of that name.
+        assert "node-feature-discovery-0.18.3" in spec["readiness"]["celQuery"]
     release = out.resources[NFD_RELEASE].body["spec"]["forProvider"]
     assert release["skipCRDs"] is True
     assert set(NFD_CRDS) <= set(COMPONENTS_BY_KEY["node-feature-discovery"].after)
@@ -459,6 +465,12 @@ def test_nfd_s_crds_are_the_function_s_to_move_and_its_release_skips_them():
     _, _, dynamo = converged(stack=DYNAMO)
     grove = dynamo.resources["release-grove"].body["spec"]["forProvider"]["values"]
     assert grove["crdInstaller"] == {"enabled": True}
+    # Two operators, each Ready only once it serves its fail-closed webhooks, under a budget
+    # that a pod never Ready cannot hold a drain with.
+    assert grove["replicaCount"] == 2
+    assert grove["config"]["server"]["healthProbes"] == {"enable": True}
+    budget = dynamo.resources["grove-disruption-budget"].body["spec"]["forProvider"]["manifest"]
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
 
 
 def _converged_by(out, older: str | None) -> Observed:
