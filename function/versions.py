@@ -163,6 +163,12 @@ CLOUD_CHARTS: dict[str, Chart] = {
 
 # EKS node images and the managed add-ons every EKS cluster gets (versions: EKS's default for the
 # cluster's Kubernetes version).
+# The Gateway API bundle gateway-helm carries in charts/crds/crds/gatewayapi-crds.yaml (each CRD's
+# gateway.networking.k8s.io/bundle-version and channel annotations; tests/test_charts.py reads
+# them from the chart): on an Existing cluster, the only Gateway API CRDs someone else owns that
+# Envoy Gateway's release may meet (function/serving/gateway_api.py). Moves with the chart.
+GATEWAY_API_BUNDLE = ("v1.5.1", "experimental")
+
 EKS_GPU_AMI = {"x86_64": "AL2023_x86_64_NVIDIA", "arm64": "AL2023_ARM_64_NVIDIA"}
 EKS_SYSTEM_AMI = "AL2023_x86_64_STANDARD"
 EKS_SYSTEM_INSTANCE_TYPE = "m6i.xlarge"

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from function import names
-from function.serving import adoption
+from function.serving import adoption, gateway_api
 from function.serving.components import CHART_OF_CRD, COMPONENTS
-from function.versions import CHART_CRDS
+from function.versions import CHART_CRDS, CHARTS, GATEWAY_API_BUNDLE
 from tests import charts, nodes
 from tests.conftest import crds_dir
 from tests.e2e.charts_server import STAND_IN_CHARTS, STAND_INS
@@ -380,3 +380,23 @@ def test_each_detector_finds_what_the_pinned_chart_installs(component):
         if d.refusal:  # refused whatever it is, unless it is the function's own release
             continue
         assert adoption._refused(component, manifest, "the function's own release", []) is None
+
+
+def test_the_gateway_api_bundle_the_function_expects_is_the_one_gateway_helm_carries():
+    """function/serving/gateway_api.py installs Envoy Gateway over another owner's Gateway API
+    CRDs only when they are this bundle: every Gateway API CRD in the chart's crds/ says so, and
+    the Gateway CRD it reads is among them."""
+    chart = CHARTS["envoy-gateway"]
+    path = charts.chart_path(chart.name, chart.version)
+    assert path is not None
+    bundle = (path / "charts/crds/crds/gatewayapi-crds.yaml").read_text()
+    crds = [c for c in yaml.safe_load_all(bundle) if c]
+    assert {
+        (
+            c["metadata"]["annotations"][gateway_api.BUNDLE_VERSION],
+            c["metadata"]["annotations"][gateway_api.CHANNEL],
+        )
+        for c in crds
+        if c["spec"]["group"].startswith("gateway.networking")
+    } == {GATEWAY_API_BUNDLE}
+    assert gateway_api.SOUGHT.name in {c["metadata"]["name"] for c in crds}

@@ -298,17 +298,14 @@ def decide(
         theirs, why = _found_among(component, seen, members)
         found, others = (theirs[0], theirs[1:]) if theirs else (None, [])
     else:
-        found, why = _found(seen)
+        found, why = found_object(seen)
     if found is None and why is not None and adopted_before:
         return Decision("adopted", ready=True)
     if found is None:
         return _absent(labelled, seen) if why is None else Decision("waiting", why)
-    meta = found["metadata"]
-    annotations = meta.get("annotations") or {}
-    release = annotations.get(HELM_RELEASE)
-    if _ours(component, annotations):
+    if _ours(component, found["metadata"].get("annotations") or {}):
         return Decision("install")  # ours, from an earlier install: Helm takes it up again
-    owner = _owner(release, annotations.get(HELM_NAMESPACE), (meta.get("labels") or {}))
+    owner = owner_of(found)
     refused = _refused(component, found, owner, others)
     if refused:
         return Decision("refused", refused, owner=owner)
@@ -356,7 +353,7 @@ def _absent(labelled: bool, seen: ObservedResource | None) -> Decision:
     return Decision("install", none_found=True)
 
 
-def _found(seen: ObservedResource | None) -> tuple[dict | None, str | None]:
+def found_object(seen: ObservedResource | None) -> tuple[dict | None, str | None]:
     """(the object found, None), (None, None) when it does not exist, or (None, why) while the
     answer is not in."""
     looking = "looking for one already installed"
@@ -421,7 +418,11 @@ def results(component: str, decision: Decision, announced: bool = False) -> list
     return []
 
 
-def _owner(release: str | None, namespace: str | None, labels: dict) -> str:
+def owner_of(found: dict) -> str:
+    """Who installed what was found, in Helm's annotations and the chart's version label."""
+    meta = found["metadata"]
+    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+    release, namespace = annotations.get(HELM_RELEASE), annotations.get(HELM_NAMESPACE)
     version = labels.get(VERSION_LABEL)
     what = f"Helm release {namespace}/{release}" if release else "an install outside Helm"
     return f"{what} ({version})" if version else what

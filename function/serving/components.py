@@ -259,6 +259,21 @@ ENVOY_GATEWAY_VALUES = {
     },
 }
 
+# On a cluster someone else runs, without the chart's cluster-wide safe-upgrade
+# ValidatingAdmissionPolicy (gateway-helm v1.8.3 charts/crds/templates/
+# gatewayapi-safe-upgrade-policy.yaml): it refuses every write of Gateway API CRDs older than
+# v1.5.0 or of the standard channel over experimental, so it would lock the cluster's owner out of
+# managing its Gateway API CRDs as before.
+ENVOY_GATEWAY_EXISTING_VALUES = {
+    **ENVOY_GATEWAY_VALUES,
+    "crds": {"gatewayAPI": {"safeUpgradePolicy": {"enabled": False}}},
+}
+
+
+def envoy_gateway_values(ctx: Context) -> dict:
+    return ENVOY_GATEWAY_EXISTING_VALUES if ctx.source == EXISTING else ENVOY_GATEWAY_VALUES
+
+
 # ai-gateway-helm v1.1.0's pod webhook (fail-closed for every pod Envoy Gateway manages) serves a
 # certificate. By default the chart makes it inside Helm (templates/admission_webhook.yaml:
 # genSignedCert for 365 days, handed back by `lookup` on every upgrade) and nothing renews it: a
@@ -619,7 +634,7 @@ def table() -> tuple[Component, ...]:
         ),
         chart(
             "envoy-gateway",
-            ENVOY_GATEWAY_VALUES,
+            envoy_gateway_values,
             after=("gaie-crd-inferencepools", "envoy-gateway-inferencepool-reader-binding"),
             wait=True,
         ),

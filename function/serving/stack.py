@@ -27,7 +27,7 @@ from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs, ObservedResource
 from function.models import InferenceCluster
 from function.output import Condition, Desired, Requirement, Result
-from function.serving import adoption, conflicts, gateway, gpus, looking
+from function.serving import adoption, conflicts, gateway, gateway_api, gpus, looking
 from function.serving.components import (
     CHART_OF_CRD,
     COMPONENTS,
@@ -361,8 +361,11 @@ class _Adopting:
             self.inputs.required,
             self._detect(component),
         )
-        self.facts.resources |= guards
-        self.facts.results += warnings
+        crds, decision, held = gateway_api.compose(
+            self.inputs.xr.name, component.key, self.provider_config, observed, decision
+        )
+        self.facts.resources |= guards | crds
+        self.facts.results += warnings + held
         return decision
 
     def _detect(self, component: Component) -> adoption.Decision | None:

@@ -12,8 +12,13 @@ import pytest
 import yaml
 
 from function import names
-from function.serving.components import GROVE_VALUES, PRIVILEGED
-from function.versions import CHARTS
+from function.serving import gateway_api
+from function.serving.components import (
+    ENVOY_GATEWAY_EXISTING_VALUES,
+    GROVE_VALUES,
+    PRIVILEGED,
+)
+from function.versions import CHARTS, GATEWAY_API_BUNDLE
 from tests.charts import charts_dir, helm_bin
 from tests.e2e.controlplane import LOCALHOST, ControlPlane
 from tests.e2e.kube import ApiError, Kube, condition, wait_for
@@ -290,4 +295,60 @@ def test_grove_upgrades_under_helm_4_once_its_operator_has_filled_its_webhook_se
     bumped = upgrade(str(files["now"]), "--set-string", "podAnnotations.bump=1")
     assert bumped.returncode == 0, bumped.stderr
     assert kube.get("v1", "Secret", secret, namespace)["data"] == filled
+    assert helm4(kubeconfig, "uninstall", release, "-n", namespace).returncode == 0
+
+
+def test_envoy_gateway_installs_over_another_owner_s_gateway_api_crds_only_at_its_own_bundle(
+    workload: WorkloadCluster, tmp_path: Path
+):
+    """What function/serving/gateway_api.py decides by, with the real Helm 4 (provider-helm
+    v1.4.0's) and API server: over Gateway API CRDs another manager applied at another bundle,
+    Envoy Gateway's install fails on that owner's fields (the control: so the function holds it
+    instead, and nothing is overwritten); over the bundle the chart carries, it installs, the
+    owner's CRDs kept as they were, and with the function's Existing values no safe-upgrade
+    policy."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(workload.kubeconfig_text())
+    chart = charts_dir() / f"{CHARTS['envoy-gateway'].name}-{CHARTS['envoy-gateway'].version}"
+    bundle = [
+        c
+        for c in yaml.safe_load_all((chart / "charts/crds/crds/gatewayapi-crds.yaml").read_text())
+        if c
+    ]
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(ENVOY_GATEWAY_EXISTING_VALUES))
+    kube: Kube = workload.kube
+    release, namespace = names.release_name("envoy-gateway"), CHARTS["envoy-gateway"].namespace
+
+    def owner_applies(version: str) -> None:
+        for crd in bundle:
+            annotations = {**crd["metadata"]["annotations"], gateway_api.BUNDLE_VERSION: version}
+            kube.apply(
+                {**crd, "metadata": {**crd["metadata"], "annotations": annotations}},
+                manager="gitops",
+            )
+
+    def install() -> subprocess.CompletedProcess:
+        return helm4(
+            kubeconfig, "install", release, str(chart), "-n", namespace, "--create-namespace",
+            "-f", str(values), "--no-hooks",
+        )  # fmt: skip
+
+    wanted, _ = GATEWAY_API_BUNDLE
+    owner_applies("v1.4.0")  # another bundle, as far as the annotations go
+    refused = install()
+    assert refused.returncode != 0 and "conflict" in refused.stderr, refused
+    crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", gateway_api.SOUGHT.name)
+    assert crd["metadata"]["annotations"][gateway_api.BUNDLE_VERSION] == "v1.4.0"
+    helm4(kubeconfig, "uninstall", release, "-n", namespace)
+
+    owner_applies(wanted)
+    installed = install()
+    assert installed.returncode == 0, installed.stderr
+    crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", gateway_api.SOUGHT.name)
+    assert crd["metadata"]["annotations"][gateway_api.BUNDLE_VERSION] == wanted
+    assert "gitops" in {m["manager"] for m in crd["metadata"]["managedFields"]}
+    policy = ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy")
+    assert kube.get_or_none(*policy, "safe-upgrades.gateway.networking.k8s.io") is None
+    assert kube.get_or_none("apps/v1", "Deployment", "envoy-gateway", namespace) is not None
     assert helm4(kubeconfig, "uninstall", release, "-n", namespace).returncode == 0

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from crossplane.function import resource
 
-from function.serving import adoption
-from function.versions import CHARTS
+from function.serving import adoption, gateway_api
+from function.versions import CHARTS, GATEWAY_API_BUNDLE
 from tests.sim import workload
 
 ACCOUNT = "123456789012"
@@ -38,7 +38,9 @@ class Observation:
 
 ABSENT: dict = {}  # what an Observe-only Object finds when its object does not exist
 # The objects the function's detectors look for by name.
-DETECTED_NAMES = frozenset(d.name for d in adoption.DETECTORS.values() if not d.labels)
+DETECTED_NAMES = frozenset(
+    {*(d.name for d in adoption.DETECTORS.values() if not d.labels), gateway_api.SOUGHT.name}
+)
 
 
 @dataclass
@@ -310,6 +312,8 @@ def own_detected(manifest: dict) -> dict:
     """What a detector (function/serving/adoption.py) finds once the function's own release
     mp-<component> installed it: annotated by Helm, a CRD Established."""
     name = manifest.get("metadata", {}).get("name", "")
+    if name == gateway_api.SOUGHT.name:
+        return gateway_api_crd(*GATEWAY_API_BUNDLE)
     component = next(
         (c for c, d in adoption.DETECTORS.items() if d.name == name and not d.labels), name
     )
@@ -329,6 +333,24 @@ def own_detected(manifest: dict) -> dict:
     if manifest.get("kind") == "CustomResourceDefinition":
         found["status"] = {"conditions": [{"type": "Established", "status": "True"}]}
     return found
+
+
+def gateway_api_crd(version: str, channel: str, annotations: dict | None = None) -> dict:
+    """The Gateway CRD of a Gateway API bundle as its install leaves it (gateway-helm's crds/, as
+    the upstream bundle: annotated with the bundle's version and channel, not by Helm)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": gateway_api.SOUGHT.name,
+            "annotations": {
+                gateway_api.BUNDLE_VERSION: version,
+                gateway_api.CHANNEL: channel,
+                **(annotations or {}),
+            },
+        },
+        "status": {"conditions": [{"type": "Established", "status": "True"}]},
+    }
 
 
 def _object(body: dict, world: World) -> dict:

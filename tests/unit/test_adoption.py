@@ -11,14 +11,14 @@ import yaml
 from function.clusters.base import PROVIDER_CONFIG_KEYS
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
-from function.serving import adoption, conflicts, gpus, looking
+from function.serving import adoption, conflicts, gateway_api, gpus, looking
 from function.serving.components import GPU_NODE_LABEL
-from function.versions import CHARTS
+from function.versions import CHARTS, GATEWAY_API_BUNDLE
 from tests import nodes
 from tests.builders import all_classes, example, world_for
 from tests.charts import _template, chart_path, helm_bin
 from tests.golden import GOLDEN
-from tests.sim.providers import World, conditions, observe
+from tests.sim.providers import World, conditions, gateway_api_crd, observe
 from tests.sim.workload import inference_gateway
 from tests.unit import sim
 
@@ -870,3 +870,90 @@ def test_the_functions_own_envoy_gateway_found_again_is_installed_over_again():
     out = converged_with_world("existing", running(own))
     assert "release-envoy-gateway" in out.resources
     assert condition(out, "BackendReady").status is True
+
+
+# Gateway API CRDs someone else owns (function/serving/gateway_api.py).
+def gateway_api_world(version: str, channel: str, annotations: dict | None = None) -> World:
+    return World(detected={gateway_api.SOUGHT.name: gateway_api_crd(version, channel, annotations)})
+
+
+MADE_FOR_THE_GATEWAY = {"release-envoy-gateway", "release-ai-gateway", "gateway-class"}
+
+
+def test_the_bundle_envoy_gateway_carries_found_installed_by_another_is_installed_over():
+    """The same bundle: Helm's server-side apply of crds/ changes nothing on it."""
+    out = converged_with_world("existing", gateway_api_world(*GATEWAY_API_BUNDLE))
+    assert out.resources.keys() >= MADE_FOR_THE_GATEWAY
+    assert gateway_api.KEY in out.resources
+    assert not [r for r in out.results if r.reason == gateway_api.REASON]
+    assert condition(out, "BackendReady").status is True
+
+
+@pytest.mark.parametrize(
+    ("version", "channel", "said"),
+    [
+        ("v1.2.1", "standard", "v1.2.1, standard channel, older than the v1.5"),
+        ("v1.5.1", "standard", "v1.5.1, standard channel (CustomResourceDefinition"),
+        ("v1.6.0", "experimental", "v1.6.0, experimental channel (CustomResourceDefinition"),
+        (None, None, "of no bundle version, no channel, older than the v1.5"),
+    ],
+)
+def test_another_owner_s_other_gateway_api_bundle_holds_the_gateway_and_is_named(
+    version, channel, said
+):
+    """Another bundle (GKE's, Istio's, a GitOps repository's): Helm would apply the chart's over
+    it and fail on its owner's fields; nothing is applied, the Warning says what is there and
+    what to change, the rest of the stack goes on."""
+    annotations = {
+        "meta.helm.sh/release-name": "gateway-api",
+        "meta.helm.sh/release-namespace": "platform",
+    }
+    crd = gateway_api_crd(version or "", channel or "", annotations)
+    crd["metadata"]["annotations"] = {k: v for k, v in crd["metadata"]["annotations"].items() if v}
+    out = converged_with_world("existing", World(detected={gateway_api.SOUGHT.name: crd}))
+    assert not MADE_FOR_THE_GATEWAY & out.resources.keys()
+    assert {"release-node-feature-discovery", "release-nvidia-dra-driver"} <= out.resources.keys()
+    (warning,) = {r.message for r in out.results if r.reason == gateway_api.REASON}
+    assert warning.startswith(f"envoy-gateway: the cluster's Gateway API CRDs are {said}")
+    assert "Helm release platform/gateway-api" in warning
+    assert "move them to v1.5.1 (experimental channel)" in warning
+    backend = condition(out, "BackendReady")
+    assert backend.status is False
+    assert said in backend.message
+
+
+def test_the_gateway_api_crds_are_looked_at_only_before_envoy_gateway_is_installed():
+    """Once the function's release is there, the CRDs are its own: whatever the detector says
+    later changes nothing, and the detector stays as composed."""
+    xr, classes = example("existing")
+    out = sim.converge(xr, required(classes), World(), SCHEMAS)
+    assert "release-envoy-gateway" in out.resources
+    world = gateway_api_world("v1.2.1", "standard")
+    again = out
+    for _ in range(3):
+        given = sim.answered(required(classes), again, world)
+        again = compose_cluster(xr, given, sim.reported(again, world), SCHEMAS)
+        assert again.resources.keys() == out.resources.keys()
+        assert again.resources[gateway_api.KEY].body == out.resources[gateway_api.KEY].body
+        assert not [r for r in again.results if r.reason == gateway_api.REASON]
+
+
+@pytest.mark.parametrize("example_name", ["existing", "eks"])
+def test_the_safe_upgrade_policy_is_left_out_only_on_clusters_someone_else_runs(example_name):
+    """gateway-helm v1.8.3's cluster-wide policy refuses older or standard-channel Gateway API
+    CRDs: on a cluster someone else runs it would lock their owner out (rendered by the real
+    Helm)."""
+    xr, classes = example(example_name)
+    out = sim.converge(xr, required(classes), World(), SCHEMAS)
+    values = out.resources["release-envoy-gateway"].body["spec"]["forProvider"]["values"]
+    chart = CHARTS["envoy-gateway"]
+    rendered = _template(
+        chart_path(chart.name, chart.version),
+        "mp-envoy-gateway",
+        chart.namespace,
+        json.dumps(values, sort_keys=True),
+        helm_bin(),
+        False,
+    )
+    policies = [m for m in rendered if m["kind"] == "ValidatingAdmissionPolicy"]
+    assert bool(policies) is (example_name != "existing")
