@@ -48,6 +48,20 @@ GPU_UPGRADE = {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
 # Filestore volumes stay Pending until the project has the API (a ProjectService never disables
 # it again: other clusters of the project may use it).
 FILESTORE_API = "file.googleapis.com"
+# Cloud NAT ports per node (cloud.google.com/nat/docs/ports-and-addresses): by default every VM
+# gets 64 ports per destination address and port, and new connections beyond them are dropped
+# (OUT_OF_RESOURCES), which an 8-GPU node pulling image layers and model weights in parallel from
+# one registry address reaches. Dynamic port allocation grows a busy VM's share from 128 to 4096
+# (powers of two, the minimum at least 32) and gives idle ones back; it requires endpoint-
+# independent mapping off. AUTO_ONLY adds NAT addresses as VMs need more ports (each holds
+# 64,512). All four change in place on a live RouterNAT (google_compute_router_nat: none forces
+# a new one).
+NAT_PORTS = {
+    "enableDynamicPortAllocation": True,
+    "enableEndpointIndependentMapping": False,
+    "minPortsPerVm": 128,
+    "maxPortsPerVm": 4096,
+}
 # The COS driver installer puts the NVIDIA driver here; the DRA driver must be told.
 NVIDIA_DRIVER_ROOT = gke_driver.INSTALL_DIR
 DRIVER_INSTALLER_KEY = "nvidia-driver-installer"
@@ -199,6 +213,7 @@ class GKECluster:
                 "routerRef": {"name": c.name("router")},
                 "natIpAllocateOption": "AUTO_ONLY",
                 "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES",
+                **NAT_PORTS,
             },
         )
 

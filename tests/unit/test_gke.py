@@ -576,3 +576,17 @@ def test_the_dra_driver_is_told_where_gke_puts_the_nvidia_driver():
     assert facts.nvidia_driver_installers == ("nvidia-driver-installer",)
     _, _, out = converge()
     assert set(facts.nvidia_driver_installers) <= set(out.resources)
+
+
+def test_cloud_nat_gives_busy_nodes_ports_as_the_api_accepts_them():
+    """Dynamic port allocation, from more than the 64 static ports a VM gets by default; the
+    Compute API's rules (the RouterNAT CRD's field descriptions, provider-upjet-gcp v3.0.0):
+    powers of two, the minimum at least 32, the maximum above it, endpoint-independent mapping
+    off beside it."""
+    _, _, out = converge("gke")
+    nat = out.resources["router-nat"].body["spec"]["forProvider"]
+    low, high = nat["minPortsPerVm"], nat["maxPortsPerVm"]
+    assert nat["enableDynamicPortAllocation"] is True
+    assert nat["enableEndpointIndependentMapping"] is False
+    assert 64 < low < high <= 65536
+    assert low & (low - 1) == 0 and high & (high - 1) == 0
