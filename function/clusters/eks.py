@@ -45,6 +45,12 @@ BLOCK_UNKNOWN, BLOCK_PENDING, BLOCK_ACTIVE, BLOCK_ENDING = "unknown", "pending",
 BLOCK_END_MARGIN = timedelta(hours=1)
 # On a Capacity Block node group being upgraded: the desired size to restore afterwards.
 RESTORE_SIZE = "modelplane.ai/restore-desired-size"
+# EKS node auto repair (EKS user guide, "Automatically repair nodes in EKS clusters"; off by
+# default on managed node groups): a node NotReady for 30 minutes is replaced, and with the node
+# monitoring agent's conditions (AcceleratedHardwareReady: XID errors, a GPU off the bus) rebooted
+# or replaced after 10. EKS stops repairing a group of more than five nodes with over a fifth of
+# them unhealthy. UpdateNodegroupConfig changes it on a live group, in place.
+NODE_REPAIR = {"enabled": True}
 
 
 def policy(statements: list[dict]) -> str:
@@ -393,6 +399,7 @@ class EKSCluster:
             "clusterNameRef": {"name": self.cluster_name},
             "nodeRoleArnRef": {"name": self.cloud.name("role", "node")},
             "updateConfig": update,
+            "nodeRepairConfig": NODE_REPAIR,
             "tags": self.tags,
             **for_provider,
             "subnetIdRefs": self.kept_subnets(key, for_provider["subnetIdRefs"]),

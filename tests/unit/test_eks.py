@@ -634,6 +634,18 @@ def test_capacity_block_node_groups_roll_out_within_the_reservation():
     assert system == {"maxUnavailable": 1}
 
 
+@pytest.mark.parametrize("name", ["eks", "eks-on-demand"])
+def test_every_node_group_repairs_its_unhealthy_nodes(name):
+    """EKS node auto repair is off by default on managed node groups: every group, the system
+    one and each GPU pool's (Capacity Block or not), turns it on."""
+    xr, classes = example(name)
+    out = converge(xr, classes, World(capacity_reservations={RESERVATION: MATCHING}))
+    groups = [d.body for d in out.resources.values() if d.body["kind"] == "NodeGroup"]
+    assert len(groups) > 1
+    for group in groups:
+        assert group["spec"]["forProvider"]["nodeRepairConfig"] == {"enabled": True}
+
+
 def test_efs_addon_comes_after_its_pod_identity_and_never_needs_imds_to_delete():
     xr, classes = example("eks-on-demand")
     first = compose_cluster(xr, all_classes(classes), Observed())
