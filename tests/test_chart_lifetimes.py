@@ -22,7 +22,9 @@ from function.serving.components import (
     AI_GATEWAY_VALUES,
     AI_GATEWAY_WEBHOOK_SECRET,
     GROVE_BUDGET,
+    KAI_BUDGETED,
     LWS_BUDGET,
+    kai_budget,
 )
 from tests import charts
 from tests.test_charts import CHECKED, RELEASES, own_release
@@ -146,12 +148,14 @@ def test_the_ai_gateway_webhook_is_served_from_a_certificate_cert_manager_renews
 # What a drain must never take all of, by the function's release: each Deployment on the request
 # path (the Envoy Gateway controller serves every proxy its configuration), or whose webhook or
 # work a new pod or node needs (the AI Gateway's pod webhook, cert-manager's webhook and cainjector,
-# NFD's master labelling new GPU nodes).
+# NFD's master labelling new GPU nodes), or that publishes the gateway's CA (trust-manager's
+# fail-closed Bundle webhook).
 DRAIN_SAFE = {
     "cert-manager": ("mp-cert-manager", "mp-cert-manager-webhook", "mp-cert-manager-cainjector"),
     "envoy-gateway": ("envoy-gateway",),
     "ai-gateway": ("ai-gateway-controller",),
     "node-feature-discovery": ("mp-node-feature-discovery-master",),
+    "trust-manager": ("trust-manager",),
 }
 
 
@@ -213,6 +217,36 @@ def test_engine_pods_admission_survives_a_drain():
     [config] = [m for m in kai if m["metadata"]["name"] == "kai-config-manifest"]
     rendered = yaml.safe_load(config["data"]["kai-config.yaml"])
     assert rendered["spec"]["global"]["replicaCount"] == drains.REPLICAS
-    operator, _ = _pods_of(kai, "Deployment", "kai-operator")
+    operator, operator_pod = _pods_of(kai, "Deployment", "kai-operator")
     args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--leader-elect=true" in args
+    # The operator's own budget goes to admission alone (the kai-config turns it on there only):
+    # every other operand the kai-config runs, named as the operator names its pods' `app`, and
+    # the chart's operator get the function's, and none overlaps admission's.
+    spec = rendered["spec"]
+    running = {k for k, v in spec.items() if isinstance(v, dict) and _service(v).get("enabled")}
+    budgeted = {
+        k for k in running if _service(spec[k]).get("podDisruptionBudget", {}).get("enabled")
+    }
+    assert budgeted == {"admission"}
+    operand_apps = {
+        "binder": "binder",
+        "podGroupController": "podgroup-controller",
+        "podGrouper": "pod-grouper",
+        "queueController": "queue-controller",
+    }
+    assert running - {"admission", "scheduler"} == set(operand_apps)
+    assert "scheduler" in running
+    scheduler = f"{spec.get('global', {}).get('schedulerName', 'kai-scheduler')}-default"
+    apps = {*operand_apps.values(), scheduler, operator_pod["metadata"]["labels"]["app"]}
+    assert set(KAI_BUDGETED) == apps
+    assert not [m for m in kai if m["kind"] == "PodDisruptionBudget"]  # the chart has none
+    for app in KAI_BUDGETED:
+        budget = kai_budget(app)
+        assert budget["metadata"]["namespace"] == operator["metadata"]["namespace"]
+        assert _evictable(budget, drains.REPLICAS) == 1
+
+
+def _service(operand: dict) -> dict:
+    service = operand.get("service")
+    return service if isinstance(service, dict) else {}

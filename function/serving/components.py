@@ -212,6 +212,18 @@ CERT_MANAGER_VALUES = {
     "cainjector": _cert_manager("cainjector"),
 }
 
+# trust-manager v0.24.0's webhook is fail-closed on every Bundle write (templates/webhook.yaml), and
+# the gateway's CA is published through one: two replicas (its controller leader-elects,
+# app.leaderElection.enabled; every replica serves the webhook), spread, under the chart's budget.
+TRUST_MANAGER_VALUES = {
+    "crds": {"enabled": True, "keep": True},
+    "app": {"trust": {"namespace": names.SYSTEM_NAMESPACE}},
+    "defaultPackage": {"enabled": False},
+    **drains.chart_values(
+        {"app": "trust-manager", "app.kubernetes.io/instance": names.release_name("trust-manager")}
+    ),
+}
+
 AI_GATEWAY_CONTROLLER = "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local"
 ENVOY_GATEWAY_VALUES = {
     # Two controllers: each serves the proxies their configuration (a proxy that starts while
@@ -436,8 +448,34 @@ LWS_BUDGET = {
 }
 # kai-scheduler v0.16.8 hands operator.replicaCount to every operand through its kai-config
 # (templates/_helpers.tpl global.replicaCount) and turns leader election on above one
-# (templates/services/operator.yaml); the operator's own budgets then protect something.
+# (templates/services/operator.yaml).
 KAI_VALUES = {"operator": {"replicaCount": drains.REPLICAS}}
+# Its operator makes a budget for admission alone (pkg/operator/operands/common/common.go
+# PodDisruptionBudgetImplementedServices at v0.16.8), and keeps no two replicas apart (no
+# affinity unless one is configured): a drain of the node holding both replicas of the scheduler,
+# binder, pod grouper or the podgroup and queue controllers (whose webhooks are fail-closed)
+# would take them down together. So the function composes theirs, and the chart's operator's,
+# each selecting the `app` label the operator gives an operand's pods (common.go, the scheduler's
+# <schedulerName>-<shard>: resources_for_shard.go), never admission's (two budgets over one pod
+# refuse every eviction of it).
+KAI_BUDGETED = (
+    "kai-scheduler-default",
+    "binder",
+    "pod-grouper",
+    "podgroup-controller",
+    "queue-controller",
+    "kai-operator",
+)
+
+
+def kai_budget(app: str) -> dict:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": app, "namespace": CHARTS["kai-scheduler"].namespace},
+        "spec": {**drains.OWN_BUDGET, "selector": {"matchLabels": {"app": app}}},
+    }
+
 
 CRITICAL_PODS_QUOTA = {
     "apiVersion": "v1",
@@ -600,11 +638,7 @@ def table() -> tuple[Component, ...]:
         ),
         chart(
             "trust-manager",
-            {
-                "crds": {"enabled": True, "keep": True},
-                "app": {"trust": {"namespace": names.SYSTEM_NAMESPACE}},
-                "defaultPackage": {"enabled": False},
-            },
+            TRUST_MANAGER_VALUES,
             # Its trust namespace exists before it installs (the chart's NOTES.txt).
             after=("cert-manager", "gateway-namespace"),
             wait=True,
@@ -776,6 +810,16 @@ def table() -> tuple[Component, ...]:
         ),
         # Dynamo: Grove, the KAI Scheduler and its queues, ModelExpress.
         chart("kai-scheduler", KAI_VALUES, stacks=frozenset({DYNAMO}), wait=True),
+        *(
+            manifest(
+                f"kai-disruption-budget-{app}",
+                kai_budget(app),
+                after=("kai-scheduler",),
+                stacks=frozenset({DYNAMO}),
+                inside="kai-scheduler",
+            )
+            for app in KAI_BUDGETED
+        ),
         chart("grove", GROVE_VALUES, after=("kai-scheduler",), stacks=frozenset({DYNAMO})),
         manifest(
             "grove-disruption-budget",

@@ -11,7 +11,13 @@ from function.clusters.base import as_desired
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.serving import GATEWAY_SCHEMA, GATEWAYS, gateway
-from function.serving.components import CHART_OF_CRD, COMPONENTS, DYNAMO, STANDARD
+from function.serving.components import (
+    CHART_OF_CRD,
+    COMPONENTS,
+    DYNAMO,
+    KAI_BUDGETED,
+    STANDARD,
+)
 from tests.builders import all_classes, example, provider_configs
 from tests.sim.providers import World
 from tests.sim.workload import CLUSTER_CA, FLEET_GATEWAY_CA, inference_gateway
@@ -353,6 +359,7 @@ def test_stacks_differ_only_in_their_own_components():
         "release-grove",
         "grove-disruption-budget",
         "release-kai-scheduler",
+        *(f"kai-disruption-budget-{app}" for app in KAI_BUDGETED),
         "kai-queue-root",
         "kai-queue",
         "modelexpress-crd-modelmetadatas",
