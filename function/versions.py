@@ -175,7 +175,14 @@ EKS_SYSTEM_INSTANCE_TYPE = "m6i.xlarge"
 AKS_SYSTEM_VM_SIZE = "Standard_D4s_v5"
 NEBIUS_SYSTEM_PLATFORM, NEBIUS_SYSTEM_PRESET = "cpu-d3", "4vcpu-16gb"
 VULTR_SYSTEM_PLAN = "vc2-6c-16gb"
-EKS_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-efs-csi-driver")
+EKS_ADDONS = (
+    "vpc-cni",
+    "kube-proxy",
+    "coredns",
+    "eks-pod-identity-agent",
+    "aws-efs-csi-driver",
+    "eks-node-monitoring-agent",
+)
 # EKS add-ons whose version follows the cluster's Kubernetes minor, by minor: the "latest version
 # for each Kubernetes version" tables of the EKS User Guide ("Manage kube-proxy",
 # managing-kube-proxy, and "Manage CoreDNS", managing-coredns; read 2026-12-01 in the guide's

@@ -30,7 +30,7 @@ from function.versions import (
     EKS_SYSTEM_AMI,
     EKS_SYSTEM_INSTANCE_TYPE,
 )
-from function.workload import GATEWAY_LOAD_BALANCER
+from function.workload import GATEWAY_LOAD_BALANCER, GPU_TOLERATION
 
 EKS_API = "eks.aws.m.upbound.io/v1beta1"
 IAM = "iam.aws.m.upbound.io/v1beta1"
@@ -51,6 +51,15 @@ RESTORE_SIZE = "modelplane.ai/restore-desired-size"
 # or replaced after 10. EKS stops repairing a group of more than five nodes with over a fifth of
 # them unhealthy. UpdateNodegroupConfig changes it on a live group, in place.
 NODE_REPAIR = {"enabled": True}
+# The EKS node monitoring agent sets the node conditions repair acts on (AcceleratedHardwareReady:
+# XID errors, ECC, a GPU off the bus; NetworkingReady, KernelReady, StorageReady) and needs no
+# IAM. Its node agent tolerates every taint, but its DCGM host engine (dcgm-server, on GPU
+# instance types) tolerates none (aws/eks-node-monitoring-agent charts/ values.yaml,
+# dcgmAgent.tolerations, v1.7.0): on nodes carrying the GPU taint it would never run. No version:
+# EKS installs its default for the cluster's minor, as for vpc-cni.
+NODE_MONITORING_VALUES = json.dumps(
+    {"dcgmAgent": {"tolerations": [GPU_TOLERATION]}}, sort_keys=True
+)
 
 
 def policy(statements: list[dict]) -> str:
@@ -358,6 +367,8 @@ class EKSCluster:
             after = ("pod-identity-efs-csi", "addon-eks-pod-identity-agent")
             if not c.when(key, all(c.is_ready(k) for k in after), "EFS CSI Pod Identity"):
                 return
+        if addon == "eks-node-monitoring-agent":
+            spec["configurationValues"] = NODE_MONITORING_VALUES
         self.mr(key, EKS_API, "Addon", c.name("addon", addon), spec)
 
     def kubeconfig_ready(self) -> bool:
@@ -906,9 +917,7 @@ class EKSCluster:
 
     def efa_dra_driver(self, provider_config: str | None) -> None:
         c = self.cloud
-        values = {
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-        }
+        values = {"tolerations": [GPU_TOLERATION]}
         c.install("efa-dra-driver", provider_config, values)
 
     def storage_class(self, provider_config: str | None) -> str | None:

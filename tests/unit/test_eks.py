@@ -646,6 +646,33 @@ def test_every_node_group_repairs_its_unhealthy_nodes(name):
         assert group["spec"]["forProvider"]["nodeRepairConfig"] == {"enabled": True}
 
 
+def test_the_node_monitoring_agent_s_dcgm_host_engine_tolerates_every_gpu_node_s_taint():
+    """The agent sets AcceleratedHardwareReady, which node repair acts on; its DCGM host engine
+    tolerates no taint by default, so the add-on's configuration adds one for the GPU taint every
+    GPU node group carries."""
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes, World())
+    addon = out.resources["addon-eks-node-monitoring-agent"].body["spec"]["forProvider"]
+    assert addon["addonName"] == "eks-node-monitoring-agent"
+    assert "addonVersion" not in addon  # EKS's default for the cluster's minor
+    tolerations = json.loads(addon["configurationValues"])["dcgmAgent"]["tolerations"]
+    effects = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute"}
+    taints = [
+        t
+        for d in out.resources.values()
+        if d.body["kind"] == "NodeGroup"
+        for t in d.body["spec"]["forProvider"].get("taint") or []
+    ]
+    assert taints
+    for taint in taints:
+        assert any(
+            t["key"] == taint["key"]
+            and t["operator"] == "Exists"
+            and t["effect"] == effects[taint["effect"]]
+            for t in tolerations
+        ), taint
+
+
 def test_efs_addon_comes_after_its_pod_identity_and_never_needs_imds_to_delete():
     xr, classes = example("eks-on-demand")
     first = compose_cluster(xr, all_classes(classes), Observed())
