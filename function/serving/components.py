@@ -623,6 +623,12 @@ DEPLOYMENT_AVAILABLE = (
 )
 
 
+def own_budget(key: str, budget: dict, release: str, stack: str) -> Component:
+    """A disruption budget the function composes for a chart that makes none: once its release
+    is Ready, and never beside a release it adopts."""
+    return manifest(key, budget, after=(release,), stacks=frozenset({stack}), inside=release)
+
+
 def table() -> tuple[Component, ...]:
     """Every component, in the order they are composed (a component's `after` come first)."""
     nfd_crds = chart_crds("node-feature-discovery", "nfd-crd", inside="node-feature-discovery")
@@ -801,33 +807,15 @@ def table() -> tuple[Component, ...]:
         ),
         # Standard: multi-node engines as LeaderWorkerSets.
         chart("leader-worker-set", LWS_VALUES, stacks=frozenset({STANDARD})),
-        manifest(
-            "lws-disruption-budget",
-            LWS_BUDGET,
-            after=("leader-worker-set",),
-            stacks=frozenset({STANDARD}),
-            inside="leader-worker-set",
-        ),
+        own_budget("lws-disruption-budget", LWS_BUDGET, "leader-worker-set", STANDARD),
         # Dynamo: Grove, the KAI Scheduler and its queues, ModelExpress.
         chart("kai-scheduler", KAI_VALUES, stacks=frozenset({DYNAMO}), wait=True),
         *(
-            manifest(
-                f"kai-disruption-budget-{app}",
-                kai_budget(app),
-                after=("kai-scheduler",),
-                stacks=frozenset({DYNAMO}),
-                inside="kai-scheduler",
-            )
+            own_budget(f"kai-disruption-budget-{app}", kai_budget(app), "kai-scheduler", DYNAMO)
             for app in KAI_BUDGETED
         ),
         chart("grove", GROVE_VALUES, after=("kai-scheduler",), stacks=frozenset({DYNAMO})),
-        manifest(
-            "grove-disruption-budget",
-            GROVE_BUDGET,
-            after=("grove",),
-            stacks=frozenset({DYNAMO}),
-            inside="grove",
-        ),
+        own_budget("grove-disruption-budget", GROVE_BUDGET, "grove", DYNAMO),
         manifest(
             "kai-queue-root",
             queue("modelplane-root", None),
