@@ -464,10 +464,12 @@ ENCODED = Structs()
 PARSED = Cache("validated models", lambda key, _: 2 * len(key[1]))
 
 # The serving stack's bodies, grouped by cluster, by what they are made of (component,
-# ProviderConfig, and the built values by content, or a fixed manifest by identity, which the
-# component table holds for good): a cluster's stack is the same from one reconcile to the next,
+# ProviderConfig, and the built values by content, or a fixed manifest by identity (its id), which
+# is held for good): a cluster's stack is the same from one reconcile to the next,
 # so each body is made once and shared (never changed once made).
-BODIES = Groups("stack bodies", lambda key, _: 2 * len(key[-1] or b""))
+BODIES = Groups(
+    "stack bodies", lambda key, _: 2 * len(key[-1]) if isinstance(key[-1], bytes) else 0
+)
 
 # Usages, grouped by cluster, by what they name (edge, both ends' apiVersion, kind and name): the
 # same from one reconcile to the next, made once and shared.

@@ -484,6 +484,12 @@ def fixed(value: dict) -> dict:
     return value
 
 
+def is_fixed(value: object) -> bool:
+    """Whether value was declared never to change (fixed)."""
+    held = _FIXED.get(id(value))
+    return held is not None and held[0] is value
+
+
 def _size(n: int) -> bytes:
     return _SIZES[n] if n < 16384 else _varint(n)
 

@@ -276,13 +276,15 @@ ENVOY_GATEWAY_VALUES = {
 # gatewayapi-safe-upgrade-policy.yaml): it refuses every write of Gateway API CRDs older than
 # v1.5.0 or of the standard channel over experimental, so it would lock the cluster's owner out of
 # managing its Gateway API CRDs as before.
-ENVOY_GATEWAY_EXISTING_VALUES = {
-    **ENVOY_GATEWAY_VALUES,
-    "crds": {"gatewayAPI": {"safeUpgradePolicy": {"enabled": False}}},
-}
+ENVOY_GATEWAY_EXISTING_VALUES = wire.fixed(
+    {**ENVOY_GATEWAY_VALUES, "crds": {"gatewayAPI": {"safeUpgradePolicy": {"enabled": False}}}}
+)
+wire.fixed(ENVOY_GATEWAY_VALUES)
 
 
 def envoy_gateway_values(ctx: Context) -> dict:
+    """Either constant, encoded once (wire.fixed): a builder's body is otherwise made again by
+    content at every reconcile."""
     return ENVOY_GATEWAY_EXISTING_VALUES if ctx.source == EXISTING else ENVOY_GATEWAY_VALUES
 
 

@@ -15,7 +15,7 @@ import marshal
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from function import kube, names
+from function import kube, names, wire
 from function.caches import BODIES
 from function.clusters.base import (
     PROVIDER_CONFIG_KEYS,
@@ -302,9 +302,9 @@ def observed_gateway(inputs: Inputs) -> tuple[str | None, str | None]:
 
 
 def _body(component: Component, built: dict, ctx: Context, provider_config: str) -> dict:
-    # A fixed manifest or chart values by identity (the table holds them for good), one built
-    # from the context by content.
-    made_of = None if built is component.fixed else marshal.dumps(built)
+    # A fixed manifest or chart values by identity (held for good: the table's, or one a builder
+    # picks among constants), one built from the context by content.
+    made_of = id(built) if wire.is_fixed(built) else marshal.dumps(built)
     return BODIES.item(
         ctx.xr,
         (component.key, provider_config, ctx.source, made_of),
