@@ -11,7 +11,9 @@ ORPHAN = ["Observe", "Create", "Update"]
 # provider-helm v1.4.0 retries a failed or stuck (pending) release only when rollbackLimit is set:
 # it uninstalls a failed first install, rolls back a failed upgrade, and tries again, counting
 # failures until the release deploys (pkg/controller/namespaced/release, shouldRollBack). Without
-# it one slow image pull past the wait timeout leaves a release failed for good.
+# it one slow image pull past the wait timeout leaves a release failed for good. A rollback
+# installs the revision before: a release that must never go back (rollback=False) is retried
+# only by the next change of its spec, and its failure stays on the XR in provider-helm's words.
 RELEASE_RETRIES = 100
 
 
@@ -25,9 +27,11 @@ def release(
     wait: bool = False,
     policies: list[str] | None = None,
     skip_crds: bool = False,
+    rollback: bool = True,
 ) -> dict:
     """A Helm release named mp-<key> on the cluster: short, stable and collision-free.
-    skip_crds: the chart's crds/ are applied by the function, not installed once by Helm."""
+    skip_crds: the chart's crds/ are applied by the function, not installed once by Helm;
+    rollback: provider-helm retries a failure (RELEASE_RETRIES)."""
     for_provider: dict = {
         "chart": {"name": chart.name, "repository": chart.repository, "version": chart.version},
         "namespace": chart.namespace,
@@ -41,8 +45,9 @@ def release(
     spec: dict = {
         "providerConfigRef": {"kind": names.CLUSTER_PROVIDER_CONFIG, "name": provider_config},
         "forProvider": for_provider,
-        "rollbackLimit": RELEASE_RETRIES,
     }
+    if rollback:
+        spec["rollbackLimit"] = RELEASE_RETRIES
     if policies:
         spec["managementPolicies"] = policies
     return {

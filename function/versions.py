@@ -56,10 +56,13 @@ CHARTS: dict[str, Chart] = {
         version="0.18.3",
         namespace="node-feature-discovery",
     ),
+    # The DRA driver's maintained line (kubernetes-sigs/dra-driver-nvidia-gpu, moved from NVIDIA's
+    # nvidia-dra-driver-gpu, whose last release is 25.12.0). The release key and its name stay:
+    # live clusters' release is upgraded to it in place (components.dra_driver_values).
     "nvidia-dra-driver": Chart(
-        name="nvidia-dra-driver-gpu",
-        repository="https://helm.ngc.nvidia.com/nvidia",
-        version="25.12.0",
+        name="dra-driver-nvidia-gpu",
+        repository="oci://registry.k8s.io/dra-driver-nvidia/charts",
+        version="0.4.1",
         namespace="nvidia-dra-driver",
     ),
     # Standard stack: multi-node engines as LeaderWorkerSets. The chart is published as v0.8.0

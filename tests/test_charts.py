@@ -17,7 +17,7 @@ import yaml
 
 from function import names
 from function.serving import adoption, gateway_api
-from function.serving.components import CHART_OF_CRD, COMPONENTS
+from function.serving.components import CHART_OF_CRD, COMPONENTS, DRA_KUBELET_PLUGIN
 from function.versions import CHART_CRDS, CHARTS, GATEWAY_API_BUNDLE
 from tests import charts, nodes
 from tests.conftest import crds_dir
@@ -76,7 +76,7 @@ def test_an_ignored_value_is_caught():
     assert not charts.reads(path, ("deployCR",))
     assert not charts.reads(path, ("ofedDriver", "deploy"))
     assert charts.reads(path, ("operator", "tolerations"))
-    dra = charts.chart_path("nvidia-dra-driver-gpu", "25.12.0")
+    dra = charts.chart_path(DRA_CHART, CHARTS["nvidia-dra-driver"].version)
     assert charts.reads(dra, ("kubeletPlugin", "tolerations"))
     assert not charts.reads(dra, ("kubeletPlugin", "tolerationz"))
 
@@ -136,9 +136,10 @@ def test_helm_v4_renders_every_release_as_helm_v3_does(chart):
 
 # DaemonSets that must run on every GPU node, by (chart, DaemonSet name in the rendered chart):
 # the NFD worker labels the node, the DRA kubelet plugin publishes its GPUs, DRANET its EFA devices.
+DRA_CHART = CHARTS["nvidia-dra-driver"].name
 GPU_DAEMONSETS = {
     "node-feature-discovery": "mp-node-feature-discovery-worker",
-    "nvidia-dra-driver-gpu": "nvidia-dra-driver-gpu-kubelet-plugin",
+    DRA_CHART: DRA_KUBELET_PLUGIN["metadata"]["name"],
 }
 
 
@@ -187,21 +188,30 @@ def test_gpu_daemonsets_run_on_every_gpu_node(example):
     assert any(n.fabric == "efa" for n in gpu) == ("aws-dranet" in rendered), example
 
 
-def test_the_dra_plugin_would_miss_gpu_nodes_under_nfd_defaults():
-    """The check itself: NFD's default label fields (class, vendor) give pci-0302_10de, which the
-    DRA kubelet plugin's affinity does not take."""
-    [release] = [
-        r
-        for r in charts.releases("existing")
-        if charts.chart_of(r)["name"] == "nvidia-dra-driver-gpu"
-    ]
-    plugin = daemonset_specs(charts.template(release), GPU_DAEMONSETS["nvidia-dra-driver-gpu"])
+@pytest.mark.parametrize(
+    ("fields", "placed"),
+    [
+        # The function's NFD (and the GPU operator's): vendor alone, pci-10de.
+        (["vendor"], True),
+        # NFD's defaults, class and vendor (pci-0302_10de): dra-driver-nvidia-gpu 0.4.1 takes it
+        # too (nvidia-dra-driver-gpu 25.12.0 did not).
+        (["class", "vendor"], True),
+        # The check itself: a label the plugin's affinity names nowhere.
+        (["device", "vendor"], False),
+    ],
+)
+def test_the_dra_plugin_lands_on_gpu_nodes_as_nfd_labels_them(fields, placed):
+    [release] = [r for r in charts.releases("existing") if charts.chart_of(r)["name"] == DRA_CHART]
+    plugin = daemonset_specs(charts.template(release), GPU_DAEMONSETS[DRA_CHART])
     node = nodes.Node(
         "gpu", {}, [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
     )
-    node.labels |= nodes.nfd_labels({}, [nodes.NVIDIA_GPU])
-    assert node.labels == {"feature.node.kubernetes.io/pci-0302_10de.present": "true"}
-    assert "required node affinity" in nodes.why_not(plugin, node)
+    config = {"sources": {"pci": {"deviceLabelFields": fields}}}
+    node.labels |= nodes.nfd_labels(config, [nodes.NVIDIA_GPU])
+    why = nodes.why_not(plugin, node)
+    assert (why is None) == placed, (node.labels, why)
+    if not placed:
+        assert "required node affinity" in why
 
 
 # --- what Envoy Gateway may read -------------------------------------------------------------------

@@ -113,9 +113,10 @@ DETECTORS: dict[str, Detector] = {
     "kai-scheduler": Detector(
         "rbac.authorization.k8s.io/v1", "ClusterRole", "kai-scheduler", grants="scheduling.run.ai"
     ),
-    # nvidia-dra-driver-gpu 25.12.0 installs the DeviceClass GPUs are claimed by under a fixed
-    # name when GPUs are enabled (templates/deviceclass-gpu.yaml): the class the GPU probes and
-    # the models' claims name, and where a second release would collide.
+    # Both lines of the driver (nvidia-dra-driver-gpu to 25.12.0, dra-driver-nvidia-gpu from
+    # 0.4.0) install the DeviceClass GPUs are claimed by under a fixed name when GPUs are enabled
+    # (templates/deviceclass-gpu.yaml): the class the GPU probes and the models' claims name, and
+    # where a second release would collide. Which driver it is: dra_driver_age.py.
     "nvidia-dra-driver": Detector("resource.k8s.io/v1", "DeviceClass", "gpu.nvidia.com"),
     # trust-manager v0.24.0 installs its Bundle CRD, ClusterRole and ValidatingWebhookConfiguration
     # under fixed names (templates/crd-trust.cert-manager.io_bundles.yaml, clusterrole.yaml,
@@ -219,8 +220,9 @@ def detector(xr: str, component: str, provider_config: str, decision: Decision) 
 
 
 # Beside an adopted node-feature-discovery, the function's own NodeFeatureRule gives NVIDIA GPU
-# nodes the label the NVIDIA DRA driver places its kubelet plugin by (nvidia-dra-driver-gpu 25.12.0
-# values.yaml: feature.node.kubernetes.io/pci-10de.present). NFD names PCI labels after the
+# nodes the label the NVIDIA DRA driver places its kubelet plugin by (values.yaml of both lines,
+# nvidia-dra-driver-gpu 25.12.0 and dra-driver-nvidia-gpu 0.4.1:
+# feature.node.kubernetes.io/pci-10de.present). NFD names PCI labels after the
 # worker's deviceLabelFields, by default class and vendor (pci-0302_10de.present), so an NFD
 # configured otherwise than the function's never sets it. A rule matches the raw pci.device
 # features, which list every device whatever the labelling whitelist (network-operator 26.4.0

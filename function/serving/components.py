@@ -80,6 +80,10 @@ class Component:
     # The sources on whose clusters deleting the XR leaves it there (management policies without
     # Delete): a namespace on a cluster someone else runs may hold what is not the function's.
     left_on: frozenset[str] = frozenset()
+    # Charts: whether provider-helm may roll a failed upgrade back to the revision before. False:
+    # only a failed first install is retried (uninstalled and installed again), for a chart whose
+    # node state an earlier version cannot read.
+    rolls_back: bool = True
     # Charts: the components that apply the chart's own CRDs (also in `after`). The release is
     # installed without them (skipCRDs) and moves to a new chart version only once they have.
     crds: tuple[str, ...] = ()
@@ -170,7 +174,7 @@ def marked_with(key: str) -> str:
 # that enforces baseline or restricted by default (Talos, hardened distributions) refuses a pod
 # that mounts host paths or runs privileged unless its namespace says so. NFD's worker mounts
 # /boot, /sys, /usr/lib and /etc of the host (node-feature-discovery 0.18.3 templates/worker.yaml);
-# the DRA driver's kubelet plugin runs privileged (nvidia-dra-driver-gpu 25.12.0
+# the DRA driver's kubelet plugin runs privileged (dra-driver-nvidia-gpu 0.4.1
 # templates/kubeletplugin.yaml). The GPU probes need nothing above baseline and say so.
 PRIVILEGED = {"pod-security.kubernetes.io/enforce": "privileged"}
 BASELINE = {"pod-security.kubernetes.io/enforce": "baseline"}
@@ -183,12 +187,26 @@ def namespace(name: str, labels: dict | None = None) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
+# dra-driver-nvidia-gpu 0.4.1 names its objects and its selector label after nameOverride or else
+# the chart (templates/_helpers.tpl): under the old chart's name, every object a live release of
+# nvidia-dra-driver-gpu 25.12.0 made keeps its name, and the kubelet plugin DaemonSet its selector
+# (nvidia-dra-driver-gpu-component: kubelet-plugin, immutable), so the upgrade updates each in
+# place; under the new name it would install a second kubelet plugin beside the first.
+DRA_DRIVER_NAME = "nvidia-dra-driver-gpu"
+# The chart rolls its kubelet plugin on every GPU node at once (maxUnavailable 100%): a new version
+# that cannot start on this cloud's GPU image, or an image pull slower than the 30 s the kubelet
+# keeps a departed plugin's ResourceSlices, would leave every node without claimable GPUs. A tenth
+# at a time, each waiting for the last to be Ready: a bad version stops at the first tenth.
+DRA_PLUGIN_ROLLOUT = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}}
+
+
 def dra_driver_values(ctx: Context) -> dict:
     """GPUs through DRA only (no compute domains: no multi-node NVLink)."""
     values: dict = {
+        "nameOverride": DRA_DRIVER_NAME,
         "gpuResourcesEnabledOverride": True,
         "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
-        "kubeletPlugin": {"tolerations": [GPU_TOLERATION]},
+        "kubeletPlugin": {"tolerations": [GPU_TOLERATION], "updateStrategy": DRA_PLUGIN_ROLLOUT},
     }
     if ctx.nvidia_driver_root != "/":
         values["nvidiaDriverRoot"] = ctx.nvidia_driver_root
@@ -317,9 +335,10 @@ AI_GATEWAY_VALUES = {
 
 # node-feature-discovery 0.18.3 names a PCI device's label after deviceLabelFields, by default class
 # and vendor (source/pci/pci.go newDefaultConfig): pci-0302_10de.present on an NVIDIA GPU, which the
-# DRA driver's kubelet plugin affinity never matches (nvidia-dra-driver-gpu 25.12.0 values.yaml
-# wants feature.node.kubernetes.io/pci-10de.present). By vendor alone every NVIDIA GPU node gets
-# pci-10de.present=true, as the GPU operator configures NFD too.
+# kubelet plugin affinity of nvidia-dra-driver-gpu 25.12.0 never matched (values.yaml wants
+# feature.node.kubernetes.io/pci-10de.present; dra-driver-nvidia-gpu 0.4.1 takes either). By vendor
+# alone every NVIDIA GPU node gets pci-10de.present=true, the label both lines place their plugin
+# by (and the GPU operator configures NFD so too): live clusters' labels stay as they are.
 #
 # No post-delete prune: NFD 0.18.3's post-delete Job runs `nfd-master -prune`, which strips every
 # label the node's nfd.node.kubernetes.io annotation lists, another NFD's included (where one runs
@@ -341,7 +360,7 @@ GPU_NODE_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 DRA_KUBELET_PLUGIN = {
     "apiVersion": "apps/v1",
     "kind": "DaemonSet",
-    "metadata": {"name": "nvidia-dra-driver-gpu-kubelet-plugin", "namespace": "nvidia-dra-driver"},
+    "metadata": {"name": f"{DRA_DRIVER_NAME}-kubelet-plugin", "namespace": "nvidia-dra-driver"},
 }
 
 
@@ -717,7 +736,16 @@ def table() -> tuple[Component, ...]:
             after=("dra-driver-namespace",),
             inside="nvidia-dra-driver",
         ),
-        chart("nvidia-dra-driver", dra_driver_values, after=("dra-driver-critical-pods-quota",)),
+        # Never rolled back: a kubelet plugin cannot read the checkpoint a later one wrote
+        # (dra-driver-nvidia-gpu 0.4.1 stamps nodeBootID into
+        # /var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json, which nvidia-dra-driver-gpu
+        # 25.12.0 then reports corrupted, and every prepare on the node fails).
+        chart(
+            "nvidia-dra-driver",
+            dra_driver_values,
+            after=("dra-driver-critical-pods-quota",),
+            rolls_back=False,
+        ),
         # Where each GPU pool's probe claims its GPUs with admin access (function/serving/gpus.py).
         manifest(
             gpus.NAMESPACE_KEY,

@@ -1,7 +1,7 @@
 """On an Existing cluster, what must not run beside a component the function is to install.
 
 The NVIDIA DRA driver cannot serve GPUs on a node where the standard GPU device plugin runs: both
-would hand out the same GPUs (nvidia-dra-driver-gpu 25.12.0 templates/validation.yaml refuses to
+would hand out the same GPUs (dra-driver-nvidia-gpu 0.4.1 templates/validation.yaml refuses to
 render unless gpuResourcesEnabledOverride says no device plugin runs; the function sets it, as
 the clusters it provisions run none). So before installing the driver, the function lists the
 device plugin's DaemonSets as its two usual installers label them, through

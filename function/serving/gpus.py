@@ -12,10 +12,11 @@ GPU nodes, read back through every call.
 The claims ask for admin access (KEP-5018; beta and on by default from Kubernetes 1.34, allowed
 only in a namespace labelled resource.kubernetes.io/admin-access=true): the scheduler allocates
 them even when a model holds the GPUs and does not count them, so a probe never takes a GPU from a
-model, and the NVIDIA DRA driver v25.12.0 prepares them without reserving the devices
-(cmd/gpu-kubelet-plugin/device_state.go: validateNoOverlappingPreparedDevices skips admin-access
-results). The pod and its command are NVIDIA's quickstart (demo/specs/quickstart/v1/gpu-test1.yaml
-at v25.12.0): an Ubuntu image, `nvidia-smi -L`, then sleep.
+model, and the NVIDIA DRA driver (from v25.12.0; dra-driver-nvidia-gpu v0.4.1 alike) prepares them
+without reserving the devices (cmd/gpu-kubelet-plugin/device_state.go:
+validateNoOverlappingPreparedDevices skips admin-access results). The pod and its command are
+the driver's quickstart (demo/specs/quickstart/v1/gpu-test1.yaml at v25.12.0): an Ubuntu image,
+`nvidia-smi -L`, then sleep.
 """
 
 import hashlib

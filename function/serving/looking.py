@@ -39,18 +39,25 @@ class Sought(Protocol):
     labels: tuple[tuple[str, str], ...]
 
 
-def detector(xr: str, key: str, sought: Sought, provider_config: str, looked: str) -> Desired:
-    """The detector under the resource key, marked with what it found (LOOKED). Ready whatever
-    it finds: it is asked, not waited for. Made once per cluster and answer (caches.BODIES), as
-    every reconcile of an Existing cluster composes it."""
-    made_of = ("detector", key, looked, provider_config)
-    body = BODIES.item(xr, made_of, lambda: _make(xr, key, sought, provider_config, looked))
+def detector(
+    xr: str, key: str, sought: Sought, provider_config: str, looked: str, namespace: str = ""
+) -> Desired:
+    """The detector under the resource key, marked with what it found (LOOKED); a collection
+    looks in namespace only, when given. Ready whatever it finds: it is asked, not waited for.
+    Made once per cluster and answer (caches.BODIES), as every reconcile of an Existing cluster
+    composes it."""
+    made_of = ("detector", key, looked, provider_config, namespace)
+    body = BODIES.item(
+        xr, made_of, lambda: _make(xr, key, sought, provider_config, looked, namespace)
+    )
     return Desired(body, ready=True, shared=True)
 
 
-def _make(xr: str, key: str, sought: Sought, provider_config: str, looked: str) -> dict:
+def _make(
+    xr: str, key: str, sought: Sought, provider_config: str, looked: str, namespace: str
+) -> dict:
     if sought.labels:
-        body = collection(xr, key, sought, provider_config)
+        body = collection(xr, key, sought, provider_config, namespace)
     else:
         manifest = {
             "apiVersion": sought.api_version,
@@ -66,8 +73,12 @@ def _make(xr: str, key: str, sought: Sought, provider_config: str, looked: str) 
     return body
 
 
-def collection(xr: str, key: str, sought: Sought, provider_config: str) -> dict:
-    """An ObservedObjectCollection of every object of the kind carrying the labels, cluster-wide."""
+def collection(
+    xr: str, key: str, sought: Sought, provider_config: str, namespace: str = ""
+) -> dict:
+    """An ObservedObjectCollection of every object of the kind carrying the labels, cluster-wide
+    or in namespace."""
+    where = {"namespace": namespace} if namespace else {}
     return {
         "apiVersion": names.OBJECT_API,
         "kind": COLLECTION_KIND,
@@ -77,6 +88,7 @@ def collection(xr: str, key: str, sought: Sought, provider_config: str) -> dict:
             "observeObjects": {
                 "apiVersion": sought.api_version,
                 "kind": sought.kind,
+                **where,
                 "selector": {"matchLabels": dict(sought.labels)},
             },
         },

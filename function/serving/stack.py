@@ -27,7 +27,15 @@ from function.clusters.facts import ClusterFacts
 from function.inputs import Inputs, ObservedResource
 from function.models import InferenceCluster
 from function.output import Condition, Desired, Requirement, Result
-from function.serving import adoption, conflicts, gateway, gateway_api, gpus, looking
+from function.serving import (
+    adoption,
+    conflicts,
+    dra_driver_age,
+    gateway,
+    gateway_api,
+    gpus,
+    looking,
+)
 from function.serving.components import (
     CHART_OF_CRD,
     COMPONENTS,
@@ -182,7 +190,8 @@ class _Walk:
             if not self.reachable or blocked:
                 self.pending[key] = ", ".join(blocked) if self.reachable else "ProviderConfigs"
                 return
-        body = _body(component, built, self.ctx, self.cluster.provider_config)
+        rollback = component.rolls_back or _first_install(seen)
+        body = _body(component, built, self.ctx, self.cluster.provider_config, rollback)
         facts.resources[key] = Desired(body, ready=seen is not None and seen.ready, shared=True)
 
 
@@ -301,18 +310,37 @@ def observed_gateway(inputs: Inputs) -> tuple[str | None, str | None]:
     return address, ca
 
 
-def _body(component: Component, built: dict, ctx: Context, provider_config: str) -> dict:
+def _first_install(seen: ObservedResource | None) -> bool:
+    """Whether a Release is still on its first install: not observed yet, or observed with the
+    retries it was composed with and never deployed (deployed now, or past its first revision).
+    Once composed without them it stays so, whatever its status says (a lost one included)."""
+    if seen is None:
+        return True
+    if seen.get("spec", "rollbackLimit") is None:
+        return False
+    revision = seen.at_provider("revision")
+    deployed = seen.at_provider("state") == "deployed" or (
+        isinstance(revision, int | float) and revision > 1
+    )
+    return not deployed
+
+
+def _body(
+    component: Component, built: dict, ctx: Context, provider_config: str, rollback: bool
+) -> dict:
     # A fixed manifest or chart values by identity (held for good: the table's, or one a builder
     # picks among constants), one built from the context by content.
     made_of = id(built) if wire.is_fixed(built) else marshal.dumps(built)
     return BODIES.item(
         ctx.xr,
-        (component.key, provider_config, ctx.source, made_of),
-        lambda: _make_body(component, built, ctx, provider_config),
+        (component.key, provider_config, ctx.source, made_of, rollback),
+        lambda: _make_body(component, built, ctx, provider_config, rollback),
     )
 
 
-def _make_body(component: Component, built: dict, ctx: Context, provider_config: str) -> dict:
+def _make_body(
+    component: Component, built: dict, ctx: Context, provider_config: str, rollback: bool
+) -> dict:
     if component.chart:
         return kube.release(
             ctx.xr,
@@ -322,6 +350,7 @@ def _make_body(component: Component, built: dict, ctx: Context, provider_config:
             built,
             wait=component.wait,
             skip_crds=bool(component.crds),
+            rollback=rollback,
         )
     policies = NO_DELETE if ctx.source in component.left_on else component.policies
     return kube.manifest_object(
@@ -364,8 +393,16 @@ class _Adopting:
         crds, decision, held = gateway_api.compose(
             self.inputs.xr.name, component.key, self.provider_config, observed, decision
         )
-        self.facts.resources |= guards | crds
-        self.facts.results += warnings + held
+        daemonsets, outdated = dra_driver_age.compose(
+            self.inputs.xr.name,
+            component.key,
+            self.provider_config,
+            observed,
+            self.inputs.required,
+            decision,
+        )
+        self.facts.resources |= guards | crds | daemonsets
+        self.facts.results += warnings + held + outdated
         return decision
 
     def _detect(self, component: Component) -> adoption.Decision | None:
@@ -419,7 +456,7 @@ def adoption_requirements(
     }
     for c in undecided:
         wanted |= conflicts.requirements(xr.name, c.key, observed)
-    return wanted
+    return wanted | dra_driver_age.requirements(xr.name, observed)
 
 
 def _blocked(

@@ -55,6 +55,7 @@ from urllib.parse import urlparse
 import yaml
 
 from function.versions import CHARTS, CLOUD_CHARTS
+from function.versions import Chart as Named
 from tests.e2e.controlplane import Pki
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +66,17 @@ HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 # Charts with no public source, served from a stand-in of ours under the same name and version.
 STAND_INS = frozenset({"csi-mounted-fs-path"})
 STAND_IN_CHARTS = ROOT / "tests" / "e2e" / "stand-in-charts"
+# Charts a released version of the function installed that live clusters still run, served so the
+# upgrade from each is proven (tests/e2e/test_workload.py): the DRA driver's NGC line, v0.2.0's
+# CHARTS["nvidia-dra-driver"].
+FORMER = (
+    Named(
+        name="nvidia-dra-driver-gpu",
+        repository="https://helm.ngc.nvidia.com/nvidia",
+        version="25.12.0",
+        namespace="nvidia-dra-driver",
+    ),
+)
 # oras-go v2.6.1 registry/reference.go: Reference.Host() dials registry-1.docker.io for docker.io.
 HOST_ALIASES = {"docker.io": ("registry-1.docker.io",)}
 
@@ -107,11 +119,11 @@ def helm_bin() -> str:
 
 
 def wanted(folder: Path | None = None) -> list[Chart]:
-    """Every chart the function names (function/versions.py), with its folder `<name>-<version>`
-    if that holds exactly that chart at exactly that version."""
+    """Every chart the function names (function/versions.py) or named in a release (FORMER), with
+    its folder `<name>-<version>` if that holds exactly that chart at exactly that version."""
     folder = folder or charts_dir()
     found = []
-    for spec in {*CHARTS.values(), *CLOUD_CHARTS.values()}:
+    for spec in {*CHARTS.values(), *CLOUD_CHARTS.values(), *FORMER}:
         home = STAND_IN_CHARTS if spec.name in STAND_INS else folder
         path = home / f"{spec.name}-{spec.version}"
         meta = path / "Chart.yaml"

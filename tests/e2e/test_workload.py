@@ -37,20 +37,25 @@ import yaml
 
 from function import failures, names
 from function import kube as composed_kube
+from function.serving import adoption
 from function.serving.components import (
     AI_GATEWAY_VALUES,
     AI_GATEWAY_WEBHOOK_SECRET,
     CHART_OF_CRD,
     COMPONENTS,
+    DRA_KUBELET_PLUGIN,
+    GPU_NODE_LABEL,
     PRIVILEGED,
 )
+from function.serving.components import namespace as namespace_manifest
 from function.versions import CHARTS
-from tests.charts import KUBE_VERSION, charts_dir, helm_bin
+from tests.charts import KUBE_VERSION, charts_dir, helm_bin, releases
 from tests.conftest import EXAMPLES
 from tests.e2e import providers as real_providers
+from tests.e2e.charts_server import FORMER
 from tests.e2e.controllers import StandIns
 from tests.e2e.controlplane import LOCALHOST, SYSTEM_NAMESPACE, ControlPlane
-from tests.e2e.kube import ApiError, Kube, condition, wait_for
+from tests.e2e.kube import ApiError, Kube, Ticker, condition, wait_for
 from tests.e2e.simulator import Simulator, served_managed_kinds
 from tests.e2e.test_control_plane import (
     API_VERSION,
@@ -1235,4 +1240,153 @@ def test_a_live_release_s_crds_move_to_the_function_and_the_upgrade_skips_them(
         finally:
             for obj in objects.values():
                 kube.delete(obj["apiVersion"], "Object", obj["metadata"]["name"], SYSTEM_NAMESPACE)
+            remove_standalone_release(kube, name)
+
+
+# v0.2.0 composed the DRA driver's release from NVIDIA's NGC line with these values; this release
+# upgrades the same release to the maintained line (function/versions.py).
+DRA_BEFORE = next(c for c in FORMER if c.name == "nvidia-dra-driver-gpu")
+DRA_VALUES_BEFORE = {  # tests/golden/existing-converged.yaml at v0.2.0 (73721a1)
+    "gpuResourcesEnabledOverride": True,
+    "kubeletPlugin": {
+        "tolerations": [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+    },
+    "resources": {"computeDomains": {"enabled": False}, "gpus": {"enabled": True}},
+}
+DRA_GPU_NODES = ("gpu-0", "gpu-1")
+
+
+def dra_release(example: str = "existing") -> dict:
+    """The DRA driver's Release as the function composes it for example (its golden)."""
+    (release,) = [
+        r
+        for r in releases(example)
+        if r["metadata"]["annotations"]["crossplane.io/external-name"]
+        == names.release_name("nvidia-dra-driver")
+    ]
+    return release["spec"]["forProvider"]
+
+
+def plugin_pods_ready(wl: Kube, namespace: str, version: str) -> set[str] | None:
+    """The nodes on which a kubelet plugin pod of that version is Ready, when every plugin pod
+    (none being deleted) is of that version and Ready; else None."""
+    pods = [
+        p
+        for p in wl.list("v1", "Pod", namespace)
+        if p["metadata"].get("labels", {}).get(f"{DRA_BEFORE.name}-component") == "kubelet-plugin"
+        and p["metadata"].get("deletionTimestamp") is None
+    ]
+    done = all(
+        condition(p, "Ready").get("status") == "True"
+        and all(c["image"].endswith(f":v{version}") for c in p["spec"]["containers"])
+        for p in pods
+    )
+    return {p["spec"].get("nodeName") for p in pods} if done else None
+
+
+def test_a_live_dra_driver_moves_to_the_maintained_line_in_place(
+    control_plane: ControlPlane, kube: Kube, provider_processes, tmp_path_factory
+):
+    """A cluster converged by v0.2.0 runs nvidia-dra-driver-gpu 25.12.0 from NGC. The real
+    provider-helm upgrades that same release to dra-driver-nvidia-gpu 0.4.1 with this release's
+    values: no Helm ownership error, the DeviceClass gpu.nvidia.com there at every look (twice a
+    second), the kubelet plugin DaemonSet updated in place (same uid and selector, nothing
+    installed beside it) and its new pods Ready on every GPU node. (Whether the new plugin takes
+    up the claims the old one prepared is the driver's: docs/testing.md.)"""
+    etcd = f"http://{LOCALHOST}:{control_plane.ports.etcd}"
+    name = "e2e-dra-move"
+    after = dra_release()
+    namespace = after["namespace"]
+    before = {
+        "chart": {
+            "name": DRA_BEFORE.name,
+            "repository": DRA_BEFORE.repository,
+            "version": DRA_BEFORE.version,
+        },
+        "namespace": namespace,
+        "values": DRA_VALUES_BEFORE,
+    }
+    plugin = DRA_KUBELET_PLUGIN["metadata"]["name"]
+    device_class = adoption.DETECTORS["nvidia-dra-driver"].name
+    with WorkloadCluster(tmp_path_factory.mktemp("workload-dra"), etcd, "/workload-dra") as wl:
+        wl.add_node("system-0", {}, [], {"cpu": "8", "memory": "32Gi", "pods": "110"})
+        for node in DRA_GPU_NODES:
+            wl.add_node(
+                node,
+                {GPU_NODE_LABEL: "true"},
+                [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+                {"cpu": "96", "memory": "1000Gi", "pods": "110"},
+            )
+        wl.kube.apply(namespace_manifest(namespace, PRIVILEGED))  # as the function makes it
+        release = standalone_release(kube, wl, name, before)
+        api, kind = release["apiVersion"], release["kind"]
+        deployed = functools.partial(release_deployed, kube, name)
+        status = functools.partial(release_status, kube, name, provider_processes)
+
+        def daemonset() -> dict | None:
+            return wl.kube.get_or_none("apps/v1", "DaemonSet", plugin, namespace)
+
+        def ready_on_every_gpu_node(version: str) -> bool:
+            return plugin_pods_ready(wl.kube, namespace, version) == set(DRA_GPU_NODES)
+
+        looks: list[bool] = []  # at each look, whether the DeviceClass was there
+        watch = Ticker(
+            "device-class-watch",
+            lambda: looks.append(
+                wl.kube.get_or_none("resource.k8s.io/v1", "DeviceClass", device_class) is not None
+            ),
+            0.5,
+            wl.kube.close,
+        )
+        try:
+            wait_for(lambda: deployed(1), timeout=300, what="v0.2.0's release", describe=status)
+            wait_for(
+                lambda: ready_on_every_gpu_node(DRA_BEFORE.version),
+                timeout=120,
+                what="25.12.0's kubelet plugin on every GPU node",
+            )
+            old = daemonset()
+            assert old["metadata"]["labels"]["app.kubernetes.io/version"] == DRA_BEFORE.version
+            class_before = wl.kube.get("resource.k8s.io/v1", "DeviceClass", device_class)
+
+            watch.start()
+            kube.patch(
+                api,
+                kind,
+                name,
+                # As the function's release, which drops rollbackLimit once deployed.
+                {
+                    "spec": {
+                        "rollbackLimit": None,
+                        "forProvider": {"chart": after["chart"], "values": after["values"]},
+                    }
+                },
+                namespace=SYSTEM_NAMESPACE,
+            )
+            wait_for(lambda: deployed(2), timeout=300, what="the upgrade", describe=status)
+            wait_for(
+                lambda: ready_on_every_gpu_node(after["chart"]["version"]),
+                timeout=180,
+                what="0.4.1's kubelet plugin on every GPU node",
+                describe=lambda: str(daemonset().get("status")),
+            )
+            watch.stop()
+
+            new = daemonset()
+            assert new["metadata"]["uid"] == old["metadata"]["uid"]  # updated, not replaced
+            assert new["spec"]["selector"] == old["spec"]["selector"]
+            assert new["metadata"]["labels"]["app.kubernetes.io/version"] == "0.4.1"
+            # Nothing installed beside it: one kubelet plugin, the release's.
+            assert [d["metadata"]["name"] for d in wl.kube.list("apps/v1", "DaemonSet")] == [plugin]
+            got = kube.get(api, kind, name, SYSTEM_NAMESPACE)
+            assert condition(got, "Synced").get("status") == "True", got["status"]
+            assert len(looks) > 4 and all(looks), looks
+            owned = wl.kube.get("resource.k8s.io/v1", "DeviceClass", device_class)
+            assert owned["metadata"]["annotations"]["meta.helm.sh/release-name"] == name
+            # The same class (its extendedResourceName, which both charts set, is dropped by an
+            # API server without the DRAExtendedResource gate, as here).
+            assert owned["spec"] == class_before["spec"]
+            assert owned["metadata"]["uid"] == class_before["metadata"]["uid"]
+        finally:
+            watch.stop()
             remove_standalone_release(kube, name)

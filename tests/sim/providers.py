@@ -396,6 +396,8 @@ def members(body: dict, world: World) -> list[dict]:
             continue
         if any((meta.get("labels") or {}).get(k) != v for k, v in labels.items()):
             continue
+        if wanted.get("namespace") and meta.get("namespace") != wanted["namespace"]:
+            continue  # observeObjects.namespace: there only, else every namespace
         group, _, version = found["apiVersion"].rpartition("/")
         gvk = f"{group}/{version}, Kind={found['kind']}"
         name = f"{collection}-{digest(gvk, meta.get('namespace', ''), meta['name'], length=7)}"

@@ -11,7 +11,7 @@ import yaml
 from function.clusters.base import PROVIDER_CONFIG_KEYS
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
-from function.serving import adoption, conflicts, gateway_api, gpus, looking
+from function.serving import adoption, conflicts, dra_driver_age, gateway_api, gpus, looking
 from function.serving.components import GPU_NODE_LABEL
 from function.versions import CHARTS, GATEWAY_API_BUNDLE
 from tests import nodes
@@ -510,6 +510,113 @@ def test_an_adopted_dra_driver_gets_nothing_made_for_the_functions_release(relea
     # What comes after the driver stands on the adopted one: the GPU probes' namespace.
     assert gpus.NAMESPACE_KEY in out.resources
     assert condition(out, "BackendReady").status is True
+
+
+# Both lines of the NVIDIA DRA driver as published, as another release installed them.
+DRA_LINES = pytest.mark.parametrize(
+    ("chart", "version"), [("nvidia-dra-driver-gpu", "25.12.0"), ("dra-driver-nvidia-gpu", "0.4.1")]
+)
+DRA_RELEASE = ("gpu-operator", "platform-dra")  # namespace, release
+
+
+def dra_driver(chart: str, version: str, app_version: str | None = None) -> dict[str, dict]:
+    """The DeviceClass gpu.nvidia.com and the kubelet plugin DaemonSet the real chart, rendered
+    by the real Helm, installs for DRA_RELEASE, with Helm's annotations (app_version: the
+    appVersion an older chart of the line labels them with)."""
+    path = chart_path(chart, version)
+    assert path is not None, (chart, version)
+    namespace, release = DRA_RELEASE
+    values = {"gpuResourcesEnabledOverride": True, "resources": {"gpus": {"enabled": True}}}
+    rendered = _template(path, release, namespace, json.dumps(values), helm_bin())
+    found = {}
+    wanted = {
+        ("DeviceClass", adoption.DETECTORS["nvidia-dra-driver"].name),
+        ("DaemonSet", f"{chart}-kubelet-plugin"),
+    }
+    for made in rendered:
+        if (made["kind"], made["metadata"]["name"]) not in wanted:
+            continue
+        d = copy.deepcopy(made)
+        labels = d["metadata"].get("labels") or {}
+        if app_version and dra_driver_age.VERSION_LABEL in labels:
+            labels[dra_driver_age.VERSION_LABEL] = app_version
+        d["metadata"] = helm_meta(d["metadata"]["name"], release, namespace, labels)
+        if d["kind"] == "DaemonSet":
+            d["metadata"]["namespace"] = namespace
+        found[d["kind"]] = d
+    assert found.keys() == {"DeviceClass", "DaemonSet"}, found.keys()
+    return found
+
+
+def converged_with_dra(found: dict[str, dict]):
+    device_class = found["DeviceClass"]
+    world = World(
+        detected={device_class["metadata"]["name"]: device_class}, running=[found["DaemonSet"]]
+    )
+    xr, classes = example("existing")
+    return sim.converge(xr, required(classes), world, SCHEMAS, every_result=True)
+
+
+@DRA_LINES
+def test_a_dra_driver_of_either_line_is_found_and_adopted_as_it_is(chart, version):
+    out = converged_with_dra(dra_driver(chart, version))
+    assert "release-nvidia-dra-driver" not in out.resources
+    (adopted,) = [r for r in out.results if r.reason == "ComponentAdopted"]
+    assert "Helm release gpu-operator/platform-dra" in adopted.message
+    # Its DaemonSets are read where its release runs, and its version serves.
+    looked = out.resources[dra_driver_age.KEY].body["spec"]["observeObjects"]
+    assert looked["namespace"] == "gpu-operator"
+    assert looked["selector"] == {"matchLabels": {"app.kubernetes.io/instance": "platform-dra"}}
+    assert not [r for r in out.results if r.reason == dra_driver_age.REASON]
+    assert gpus.NAMESPACE_KEY in out.resources
+
+
+def test_a_dra_driver_older_than_25_12_is_adopted_with_a_warning_naming_it():
+    """v25.8.1's chart labels its objects so (its appVersion; its DaemonSet otherwise as
+    25.12.0's for what is read here)."""
+    found = dra_driver("nvidia-dra-driver-gpu", "25.12.0", app_version="25.8.1")
+    out = converged_with_dra(found)
+    assert "release-nvidia-dra-driver" not in out.resources
+    (warning,) = {r.message: r for r in out.results if r.reason == dra_driver_age.REASON}.values()
+    assert warning.severity == "Warning"
+    assert warning.message == (
+        "nvidia-dra-driver: adopted Helm release gpu-operator/platform-dra runs "
+        "nvidia-dra-driver-gpu-kubelet-plugin (25.8.1), a driver older than 25.12.0 whose "
+        "kubelet plugin predates the admin-access claims the GPU probes make: upgrade it to "
+        f"dra-driver-nvidia-gpu {CHARTS['nvidia-dra-driver'].version} or later (what the function "
+        "would install)"
+    )
+    # Adopted all the same: the stack goes on.
+    assert condition(out, "BackendReady").status is True
+    assert gpus.NAMESPACE_KEY in out.resources
+
+
+def test_a_dra_driver_outside_helm_is_adopted_without_reading_its_version():
+    found = dra_driver("dra-driver-nvidia-gpu", "0.4.1")
+    found["DeviceClass"]["metadata"].pop("annotations")
+    out = converged_with_dra(found)
+    assert "release-nvidia-dra-driver" not in out.resources
+    assert dra_driver_age.KEY not in out.resources
+
+
+@pytest.mark.parametrize(
+    ("version", "old"),
+    [
+        ("25.8.1", True),
+        ("v25.3.2", True),
+        ("25.3.0-rc.5", True),
+        ("0.1.0", True),  # NVIDIA's builds before 25.3
+        ("25.12.0", False),
+        ("0.4.0", False),
+        ("0.4.1", False),
+        ("0.5.0-dev", False),
+        ("26.3.0", False),
+        ("main", False),
+        (None, False),
+    ],
+)
+def test_which_dra_driver_versions_predate_admin_access(version, old):
+    assert dra_driver_age.outdated(version) is old
 
 
 def test_nothing_made_for_the_dra_drivers_release_before_the_cluster_is_looked_at():

@@ -394,12 +394,45 @@ def _gke():
 # --- what the real charts need (tests/test_charts.py renders them) --------------------------------
 
 
-def test_every_release_retries_a_failed_install():
-    _, _, out = converged()
-    releases = [d.body for d in out.resources.values() if d.body["kind"] == "Release"]
+DRA_RELEASE = "release-nvidia-dra-driver"
+
+
+def test_every_release_retries_a_failed_install_and_only_the_dra_driver_is_never_rolled_back():
+    """provider-helm uninstalls a failed first install and installs again, and rolls a failed
+    upgrade back, only under rollbackLimit. The DRA driver's kubelet plugin cannot read the
+    checkpoint a later version wrote: once deployed, its release is never rolled back."""
+    xr, classes, out = converged()
+    releases = {k: d.body for k, d in out.resources.items() if d.body["kind"] == "Release"}
+    assert "rollbackLimit" not in releases.pop(DRA_RELEASE)["spec"]
     assert releases
-    for release in releases:
+    for release in releases.values():
         assert release["spec"]["rollbackLimit"] == kube.RELEASE_RETRIES, release["metadata"]
+
+    def dra_after(state: str | None, revision: int, retries: bool = True) -> dict:
+        """The DRA release composed after one observed in state at revision (None: no status),
+        composed with or without retries."""
+        observed = reported(out)
+        body = copy.deepcopy(observed.resources[DRA_RELEASE].body)
+        if retries:
+            body["spec"]["rollbackLimit"] = kube.RELEASE_RETRIES
+        if state is None:
+            del body["status"]
+        else:
+            body["status"]["atProvider"] |= {"state": state, "revision": float(revision)}
+        observed.resources[DRA_RELEASE] = ObservedResource(body)
+        again = compose_cluster(xr, required(classes, [inference_gateway("fleet-a")]), observed)
+        return again.resources[DRA_RELEASE].body["spec"]
+
+    # A first install that failed is retried as every release's; a failed upgrade stays failed.
+    assert dra_after("failed", 1)["rollbackLimit"] == kube.RELEASE_RETRIES
+    assert dra_after("pending-install", 1)["rollbackLimit"] == kube.RELEASE_RETRIES
+    assert dra_after(None, 1)["rollbackLimit"] == kube.RELEASE_RETRIES
+    assert "rollbackLimit" not in dra_after("failed", 2)
+    assert "rollbackLimit" not in dra_after("pending-upgrade", 3)
+    assert "rollbackLimit" not in dra_after("deployed", 1)
+    # Once without, for good: a status lost or a failure after does not bring rollbacks back.
+    assert "rollbackLimit" not in dra_after(None, 1, retries=False)
+    assert "rollbackLimit" not in dra_after("failed", 1, retries=False)
 
 
 def test_envoy_gateway_installs_after_the_inferencepool_crd_and_its_grant_to_read_them():
