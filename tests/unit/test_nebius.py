@@ -288,6 +288,19 @@ def test_gpu_node_group_carries_the_shape_labels_taint_and_drivers():
     assert "gpuCluster" not in node_group(out, "gpu-l40s")["forProvider"]["template"]
 
 
+def test_no_node_group_sets_auto_repair_so_mk8s_default_rules_repair_gpu_faults():
+    """mk8s's default auto-repair rules act on NebiusGPUError (Nebius "Health checks and
+    auto-repair of nodes"); any autoRepair the function set would replace them."""
+    xr, _, req = nebius()
+    out = converge(xr, req)
+    groups = [d.body for d in out.resources.values() if d.body["kind"] == "NodeGroup"]
+    assert len(groups) == 1 + len(xr["spec"]["nodePools"])  # the system group and each pool's
+    for group in groups:
+        spec = group["spec"]
+        assert "autoRepair" not in spec["forProvider"], group["metadata"]["name"]
+        assert "autoRepair" not in spec.get("initProvider", {}), group["metadata"]["name"]
+
+
 def test_fixed_pool_has_a_fixed_node_count():
     xr, _, req = nebius()
     out = compose_cluster(xr, req, Observed())
