@@ -165,6 +165,20 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
     ("ec2.aws.m.upbound.io", "RouteTableAssociation"): _frozen(
         f"{TF_AWS}: vpc_route_table_association.go subnet_id ForceNew", "region", "subnetIdRef"
     ),
+    ("ec2.aws.m.upbound.io", "VPCEndpoint"): _frozen(
+        f"{TF_AWS}: vpc_endpoint.go service_name, vpc_endpoint_type, vpc_id ForceNew",
+        "region",
+        "serviceName",
+        "vpcEndpointType",
+        "vpcIdRef",
+    ),
+    ("ec2.aws.m.upbound.io", "VPCEndpointRouteTableAssociation"): _frozen(
+        f"{TF_AWS}: vpc_endpoint_route_table_association.go route_table_id, vpc_endpoint_id "
+        "ForceNew",
+        "region",
+        "routeTableIdRef",
+        "vpcEndpointIdRef",
+    ),
     ("ec2.aws.m.upbound.io", "SecurityGroup"): _frozen(
         f"{TF_AWS}: vpc_security_group.go description, name, vpc_id ForceNew",
         "description",
@@ -189,6 +203,13 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
     ),
     ("ec2.aws.m.upbound.io", "VPC"): _frozen(
         f"{TF_AWS}: vpc_.go cidr_block ForceNew", "cidrBlock", "region"
+    ),
+    # The group's name is its external name (NameAsIdentifier), never a forProvider field.
+    ("cloudwatchlogs.aws.m.upbound.io", "Group"): _frozen(
+        f"{TF_AWS}: logs/group.go log_group_class ForceNew",
+        "logGroupClass",
+        "region",
+        move="delete it (its logs go) and the function creates it again",
     ),
     ("efs.aws.m.upbound.io", "FileSystem"): _frozen(
         f"{TF_AWS}: efs/file_system.go creation_token, encrypted, performance_mode ForceNew",

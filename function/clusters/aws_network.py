@@ -1,4 +1,5 @@
-"""The VPC of an EKS cluster: a public and a private subnet per zone, one NAT gateway per zone.
+"""The VPC of an EKS cluster: a public and a private subnet per zone, one NAT gateway per zone,
+and a gateway endpoint for S3 on every private route table.
 
 Every zone's resources are keyed by the zone and addressed from its letter, never from its place
 in a list, so adding or removing a zone leaves every other zone as it is:
@@ -90,6 +91,23 @@ def render(cloud: Cloud, region: str, cluster_name: str, tags: dict) -> list[str
             "gatewayIdRef": {"name": cloud.name("igw")},
         },
     )
+    # S3 without the NAT gateways: ECR keeps image layers in S3, and model weights come from it;
+    # through a NAT gateway each GB is billed (NAT data processing), through a gateway endpoint
+    # nothing is (Amazon VPC, "Gateway endpoints for Amazon S3"; no charge for gateway
+    # endpoints). Its default policy allows every S3 request, as the NAT path does.
+    cloud.managed(
+        "vpc-endpoint-s3",
+        EC2,
+        "VPCEndpoint",
+        cloud.name("vpce-s3"),
+        {
+            "region": region,
+            **vpc_ref,
+            "serviceName": f"com.amazonaws.{region}.s3",
+            "vpcEndpointType": "Gateway",
+            "tags": {**tags, "Name": cloud.name("vpce-s3")},
+        },
+    )
     owned = {f"kubernetes.io/cluster/{cluster_name}": "shared"}
     for zone in zones:
         _zone(cloud, region, zone, vpc_ref, {**tags, **owned})
@@ -177,6 +195,19 @@ def _zone(cloud: Cloud, region: str, zone: str, vpc_ref: dict, tags: dict) -> No
             "region": region,
             "routeTableIdRef": {"name": table},
             "subnetIdRef": {"name": private},
+        },
+    )
+    # provider-upjet-aws v2.6.0 reports a VPCEndpoint's routeTableIds in status only: each route
+    # table is attached by an association of its own (SOURCES.md of ../shared/crds).
+    cloud.managed(
+        f"vpc-endpoint-s3-private-{zone}",
+        EC2,
+        "VPCEndpointRouteTableAssociation",
+        cloud.name("vpce-s3-rt", zone),
+        {
+            "region": region,
+            "vpcEndpointIdRef": {"name": cloud.name("vpce-s3")},
+            "routeTableIdRef": {"name": table},
         },
     )
 

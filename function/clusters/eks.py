@@ -35,6 +35,15 @@ from function.workload import GATEWAY_LOAD_BALANCER, GPU_TOLERATION
 EKS_API = "eks.aws.m.upbound.io/v1beta1"
 IAM = "iam.aws.m.upbound.io/v1beta1"
 EFS = "efs.aws.m.upbound.io/v1beta1"
+LOGS = "cloudwatchlogs.aws.m.upbound.io/v1beta1"
+# Who read Secrets or changed RBAC, and who authenticated as whom, on an API endpoint that is
+# public: control-plane logging is off by default (EKS User Guide, "Send control plane logs to
+# CloudWatch Logs"); EKS best practices (detective controls) ask for audit logs. The other types
+# (api, controllerManager, scheduler) are left off: they are the bulk of the volume.
+CONTROL_PLANE_LOGS = ["audit", "authenticator"]
+# EKS writes into /aws/eks/<cluster>/cluster and, when that group does not exist, creates it with
+# no expiry: the function composes it first, with a bounded retention.
+LOG_RETENTION_DAYS = 90
 EC2 = aws_network.EC2
 STORAGE_CLASS = "modelplane-rwx-efs"
 AWS_POLICY = "arn:aws:iam::aws:policy/"
@@ -101,7 +110,8 @@ class EKSCluster:
         node_groups |= {k for k in c.inputs.observed.resources if k.startswith("nodegroup-")}
         self.versions = eks_upgrade.plan(c, self.version, sorted(node_groups))
         self.iam()
-        self.control_plane()
+        logs = self.control_plane_log_group()
+        self.control_plane(logs)
         self.system_node_group()
         efa = [p for p in pools if p.spec.fabric and p.spec.fabric.type == "EFA"]
         if efa:
@@ -282,8 +292,31 @@ class EKSCluster:
         ]
         return kept or wanted
 
-    def control_plane(self) -> None:
+    def control_plane_log_group(self) -> dict:
+        """The log group EKS writes the control plane's logs to, and the cluster's logging
+        setting: on once the group is Ready (so EKS never creates it without expiry), and on
+        for good once the cluster has it. The group outlives the cluster. A new cluster waits
+        for the group (seconds), so it is created logging rather than updated after."""
         c = self.cloud
+        self.mr(
+            "cluster-log-group",
+            LOGS,
+            "Group",
+            c.name("eks-logs"),
+            {"retentionInDays": LOG_RETENTION_DAYS, "tags": self.tags},
+            annotations={names.EXTERNAL_NAME: f"/aws/eks/{self.cluster_name}/cluster"},
+        )
+        c.outlives.append(("cluster-log-group", "cluster"))
+        seen = c.observed("cluster")
+        live = seen.get("spec", "forProvider", "enabledClusterLogTypes") if seen else None
+        if c.is_ready("cluster-log-group") or live:
+            return {"enabledClusterLogTypes": CONTROL_PLANE_LOGS}
+        return {}
+
+    def control_plane(self, logs: dict) -> None:
+        c = self.cloud
+        if not c.when("cluster", bool(logs), "cluster-log-group"):
+            return
         subnets = [{"name": c.name(tier, z)} for z in self.zones for tier in ("private", "public")]
         subnets = self.kept_subnets("cluster", subnets, "vpcConfig")
         self.mr(
@@ -292,6 +325,7 @@ class EKSCluster:
             "Cluster",
             self.cluster_name,
             {
+                **logs,
                 "version": self.versions.control_plane,
                 # Standard support only: extended support is billed per cluster hour, and a
                 # STANDARD cluster is upgraded by EKS at the end of standard support instead.

@@ -74,6 +74,75 @@ def test_a_zone_once_built_outlives_its_last_pool():
     )
 
 
+def test_every_private_route_table_reaches_s3_through_one_gateway_endpoint():
+    xr, classes = example("eks-on-demand")
+    grown = copy.deepcopy(xr)
+    grown["spec"]["nodePools"][0]["zones"] = ["us-west-2a", "us-west-2c"]
+    out = compose_cluster(grown, all_classes(classes), Observed())
+    endpoint = out.resources["vpc-endpoint-s3"].body
+    spec = endpoint["spec"]["forProvider"]
+    assert endpoint["kind"] == "VPCEndpoint"
+    assert spec["serviceName"] == "com.amazonaws.us-west-2.s3"
+    assert spec["vpcEndpointType"] == "Gateway"
+    assert (
+        spec["vpcIdRef"]
+        == out.resources["subnet-private-us-west-2a"].body["spec"]["forProvider"]["vpcIdRef"]
+    )
+    tables = {
+        k.removeprefix("route-table-private-"): d.body["metadata"]["name"]
+        for k, d in out.resources.items()
+        if k.startswith("route-table-private-")
+    }
+    assert set(tables) == {"us-west-2a", "us-west-2c"}
+    associations = {
+        k.removeprefix("vpc-endpoint-s3-private-"): d.body["spec"]["forProvider"]
+        for k, d in out.resources.items()
+        if d.body["kind"] == "VPCEndpointRouteTableAssociation"
+    }
+    assert associations == {
+        zone: {
+            "region": "us-west-2",
+            "vpcEndpointIdRef": {"name": endpoint["metadata"]["name"]},
+            "routeTableIdRef": {"name": table},
+        }
+        for zone, table in tables.items()
+    }
+    # The public route table goes to the internet gateway: S3 is for the nodes' side only.
+    public = out.resources["route-table-public"].body["metadata"]["name"]
+    assert public not in {a["routeTableIdRef"]["name"] for a in associations.values()}
+
+
+def test_audit_logs_go_to_a_log_group_composed_first_with_a_bounded_retention():
+    xr, classes = example("eks-on-demand")
+    first = compose_cluster(xr, all_classes(classes), Observed())
+    group = first.resources["cluster-log-group"].body
+    assert group["kind"] == "Group"
+    assert group["spec"]["forProvider"]["retentionInDays"] == 90
+    # Not before the group is there: EKS would make it itself, without expiry.
+    assert "cluster" not in first.resources
+    ready = next(c for c in first.conditions if c.type == "ClusterReady")
+    assert "cluster-log-group" in ready.message, ready
+    second = compose_cluster(xr, all_classes(classes), reported(first))
+    cluster = second.resources["cluster"].body
+    # Created logging, not updated after.
+    assert cluster["spec"]["forProvider"]["enabledClusterLogTypes"] == ["audit", "authenticator"]
+    out = converge(xr, classes)
+    logging = out.resources["cluster"].body["spec"]["forProvider"]["enabledClusterLogTypes"]
+    assert logging == ["audit", "authenticator"]
+    assert group["metadata"]["annotations"]["crossplane.io/external-name"] == (
+        f"/aws/eks/{cluster['metadata']['name']}/cluster"
+    )
+    # The group outlives the cluster: deleted after it, so nothing is logged into a group
+    # EKS would create again.
+    usage = out.resources["usage-cluster-log-group-by-cluster"].body["spec"]
+    assert usage["of"]["resourceRef"]["name"] == group["metadata"]["name"]
+    assert usage["by"]["resourceRef"]["name"] == cluster["metadata"]["name"]
+    # Once on, on for good: a group whose status is lost for a while changes nothing.
+    lost = reported(out, drop_status=("cluster-log-group",))
+    again = compose_cluster(xr, all_classes(classes), lost)
+    assert again.resources["cluster"].body == out.resources["cluster"].body
+
+
 def test_zones_are_padded_to_two_from_the_regions_letters():
     xr, classes = example("eks-on-demand")
     out = compose_cluster(xr, all_classes(classes), Observed())
@@ -388,7 +457,8 @@ def test_wait_message_names_what_it_waits_for():
     out = compose_cluster(xr, all_classes(classes), Observed())
     message = next(c for c in out.conditions if c.type == "ClusterReady").message
     assert message.startswith("waiting for ")
-    assert "addon-aws-efs-csi-driver" in message and "and " in message
+    # What is not composed yet says what it waits for.
+    assert "cluster (cluster-log-group)" in message and "and " in message
     assert len(message) <= 512
 
 
@@ -675,7 +745,9 @@ def test_the_node_monitoring_agent_s_dcgm_host_engine_tolerates_every_gpu_node_s
 
 def test_efs_addon_comes_after_its_pod_identity_and_never_needs_imds_to_delete():
     xr, classes = example("eks-on-demand")
-    first = compose_cluster(xr, all_classes(classes), Observed())
+    logs = compose_cluster(xr, all_classes(classes), Observed())
+    # The control plane comes once its log group is Ready.
+    first = compose_cluster(xr, all_classes(classes), reported(logs))
     assert "addon-aws-efs-csi-driver" not in first.resources
     assert "pod-identity-efs-csi" in first.resources
     without_agent = reported(first)
