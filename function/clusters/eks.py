@@ -379,6 +379,11 @@ class EKSCluster:
             **cluster_ref,
             "addonName": addon,
             "resolveConflictsOnCreate": "OVERWRITE",
+            # A version the function moves an add-on to (kube-proxy and CoreDNS with each minor)
+            # keeps what someone changed in the add-on's objects; without it (NONE) EKS fails
+            # the update on any such change, and the next minor waits for ever (EKS User Guide,
+            # "Update an Amazon EKS add-on"; UpdateAddon resolveConflicts).
+            "resolveConflictsOnUpdate": "PRESERVE",
             "tags": self.tags,
         }
         if addon in self.versions.addons:

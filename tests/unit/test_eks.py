@@ -577,6 +577,18 @@ def test_1_35_to_1_36_moves_every_version_bound_addon_by_the_guides_table():
     assert not [r for r in final.results if r.severity == "Warning"]
 
 
+def test_every_addon_update_keeps_what_was_changed_in_its_objects_instead_of_failing():
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes)
+    addons = [
+        d.body["spec"]["forProvider"] for d in out.resources.values() if d.body["kind"] == "Addon"
+    ]
+    assert len(addons) >= 6
+    for addon in addons:
+        assert addon["resolveConflictsOnUpdate"] == "PRESERVE", addon["addonName"]
+        assert addon["resolveConflictsOnCreate"] == "OVERWRITE", addon["addonName"]
+
+
 def test_a_bump_of_two_minors_goes_one_at_a_time():
     xr, classes = example("eks-on-demand")
     xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.33"
