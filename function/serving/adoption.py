@@ -420,13 +420,21 @@ def results(component: str, decision: Decision, announced: bool = False) -> list
     return []
 
 
+def helm_release(found: dict | None) -> tuple[str, str] | None:
+    """(namespace, name) of the Helm release that installed what was found, from Helm's
+    annotations; None outside Helm."""
+    annotations = ((found or {}).get("metadata") or {}).get("annotations") or {}
+    release, namespace = annotations.get(HELM_RELEASE), annotations.get(HELM_NAMESPACE)
+    if isinstance(release, str) and isinstance(namespace, str) and release and namespace:
+        return namespace, release
+    return None
+
+
 def owner_of(found: dict) -> str:
     """Who installed what was found, in Helm's annotations and the chart's version label."""
-    meta = found["metadata"]
-    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
-    release, namespace = annotations.get(HELM_RELEASE), annotations.get(HELM_NAMESPACE)
-    version = labels.get(VERSION_LABEL)
-    what = f"Helm release {namespace}/{release}" if release else "an install outside Helm"
+    released = helm_release(found)
+    version = (found["metadata"].get("labels") or {}).get(VERSION_LABEL)
+    what = f"Helm release {released[0]}/{released[1]}" if released else "an install outside Helm"
     return f"{what} ({version})" if version else what
 
 

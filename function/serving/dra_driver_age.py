@@ -27,7 +27,6 @@ from function.versions import CHARTS
 COMPONENT = "nvidia-dra-driver"
 KEY = "detect-nvidia-dra-driver-daemonsets"
 REASON = "AdoptedOutdated"
-VERSION_LABEL = "app.kubernetes.io/version"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 # The first of each line that knows admin-access claims: NVIDIA's (YY.MM.P), the maintained one.
 ADMIN_ACCESS_FROM = {"nvidia": (25, 12, 0), "maintained": (0, 4, 0)}
@@ -48,18 +47,17 @@ def compose(
     if component != COMPONENT or decision is None or decision.verdict != "adopted":
         return resources, []
     found, _ = adoption.found_object(observed.get(adoption.detector_key(COMPONENT)))
-    annotations = (found or {}).get("metadata", {}).get("annotations") or {}
-    release = annotations.get(adoption.HELM_RELEASE)
-    namespace = annotations.get(adoption.HELM_NAMESPACE)
-    if not (isinstance(release, str) and isinstance(namespace, str) and release and namespace):
+    released = adoption.helm_release(found)
+    if released is None:
         return resources, []
+    namespace, release = released
     sought = Detector("apps/v1", "DaemonSet", labels=((INSTANCE_LABEL, release),))
     resources[KEY] = looking.detector(xr, KEY, sought, provider_config, "", namespace=namespace)
     daemonsets, _ = looking.listed(observed.get(KEY), required.get(looking.found_key(KEY)), "")
     old = sorted(
         f"{d['metadata'].get('name')} ({version})"
         for d in daemonsets or []
-        if outdated(version := (d["metadata"].get("labels") or {}).get(VERSION_LABEL))
+        if outdated(version := (d["metadata"].get("labels") or {}).get(adoption.VERSION_LABEL))
     )
     if not old:
         return resources, []

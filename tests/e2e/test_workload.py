@@ -43,6 +43,7 @@ from function.serving.components import (
     AI_GATEWAY_WEBHOOK_SECRET,
     CHART_OF_CRD,
     COMPONENTS,
+    DRA_DRIVER_NAME,
     DRA_KUBELET_PLUGIN,
     GPU_NODE_LABEL,
     PRIVILEGED,
@@ -1273,7 +1274,7 @@ def plugin_pods_ready(wl: Kube, namespace: str, version: str) -> set[str] | None
     pods = [
         p
         for p in wl.list("v1", "Pod", namespace)
-        if p["metadata"].get("labels", {}).get(f"{DRA_BEFORE.name}-component") == "kubelet-plugin"
+        if p["metadata"].get("labels", {}).get(f"{DRA_DRIVER_NAME}-component") == "kubelet-plugin"
         and p["metadata"].get("deletionTimestamp") is None
     ]
     done = all(

@@ -538,8 +538,8 @@ def dra_driver(chart: str, version: str, app_version: str | None = None) -> dict
             continue
         d = copy.deepcopy(made)
         labels = d["metadata"].get("labels") or {}
-        if app_version and dra_driver_age.VERSION_LABEL in labels:
-            labels[dra_driver_age.VERSION_LABEL] = app_version
+        if app_version and adoption.VERSION_LABEL in labels:
+            labels[adoption.VERSION_LABEL] = app_version
         d["metadata"] = helm_meta(d["metadata"]["name"], release, namespace, labels)
         if d["kind"] == "DaemonSet":
             d["metadata"]["namespace"] = namespace
