@@ -122,6 +122,8 @@ class Cache:
         self.store.caches.append(self)
         self._items: OrderedDict[Any, list] = OrderedDict()  # key -> [value, size, last used]
         self.held = 0
+        # Groups: the group found last, with its key and the call it was found in.
+        self._last: tuple | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -175,10 +177,12 @@ class Cache:
         self.store.held -= self.held
         self.held = 0
         self._items.clear()
+        self._last = None
 
     def _forget(self, entry: list) -> None:
         self.held -= entry[1]
         self.store.held -= entry[1]
+        self._last = None
 
 
 class Groups(Cache):
@@ -194,11 +198,18 @@ class Groups(Cache):
         self.weigh_item = weigh_item
 
     def group(self, key: Any) -> "Group":
-        """The group kept under key (made, and kept, when there is none)."""
+        """The group kept under key (made, and kept, when there is none). A composition asks for
+        its cluster's hundreds of times in a row: after the first, within the same call, the
+        group is handed back without looking it up (nothing was dropped since, or _last would be
+        None)."""
+        last, now = self._last, self.store.now
+        if last is not None and last[2] == now and last[0] == key:
+            return last[1]
         group = self.find(key)
         if group is None:
             group = Group(self, key)
             self.put(key, group)
+        self._last = (key, group, now)
         return group
 
     def item(self, of: Any, key: Any, make: Callable[[], Any]) -> Any:
@@ -307,19 +318,29 @@ def by_tag(req: wire.Request, handed: dict[str, tuple], make: Callable[[], Answe
 
 @dataclass(frozen=True)
 class Made:
-    """A composition's answer, encoded, and everything it was made from. Not the composition's
-    bodies: a kept composition is only ever answered again, and its dicts took a seventh of what a
-    cluster held (docs/performance.md)."""
+    """A composition's answer, encoded, and everything it was made from, compactly (a fleet keeps
+    one a cluster). Not the composition's bodies: a kept composition is only ever answered again,
+    and its dicts took a seventh of what a cluster held (docs/performance.md)."""
 
     given: tuple  # the composite, the required resources, the installed kinds, ask_first
-    names: frozenset[str]  # the observed resources' names
-    read: tuple[tuple[str, tuple | bytes], ...]  # what tells each observed resource read
+    names: bytes  # the observed resources' names, sorted and marshalled
+    read_keys: bytes  # the names of the observed resources read, marshalled
+    told: tuple[bytes, ...]  # what told each of them (its version, or its bytes)
     answer: Answer  # with its comparisons with the wall clock (answer.clock, function/clock.py)
 
 
 def _made_weight(_: Any, made: Made) -> int:
     # What it was made from; the answer's parts are the encoded entries ENCODED weighs.
-    return len(made.given[0]) + 64 * (len(made.names) + len(made.read)) + 8 * len(made.answer.parts)
+    return (
+        len(made.given[0])
+        + len(made.names)
+        + len(made.read_keys)
+        + 8 * (len(made.told) + len(made.answer.parts))
+    )
+
+
+def _names(observed: Mapping[str, bytes]) -> bytes:
+    return marshal.dumps(sorted(observed))
 
 
 # Compositions by composite and the names of the requirements handed over (a reconcile's calls
@@ -335,7 +356,7 @@ def composition(
     where: tuple,
     given: tuple,
     observed: Mapping[str, bytes],
-    compose: Callable[[], tuple[Output, Mapping[str, tuple | bytes]]],
+    compose: Callable[[], tuple[Output, Mapping[str, bytes]]],
     answer: Callable[[Output], Answer],
 ) -> Answer:
     """The answer kept at where if its composition was made from what is given now, else
@@ -347,15 +368,16 @@ def composition(
         out, read = compose()
     out.clock = tuple(told)
     answered = answer(out)
-    COMPOSED.put(where, Made(given, frozenset(observed), tuple(read.items()), answered))
+    made = Made(given, _names(observed), marshal.dumps(tuple(read)), tuple(read.values()), answered)
+    COMPOSED.put(where, made)
     return answered
 
 
 def _still(made: Made, given: tuple, observed: Mapping[str, bytes]) -> bool:
     """Whether made was made from what is given now."""
-    if made.given != given or made.names != frozenset(observed):
+    if made.given != given or made.names != _names(observed):
         return False
-    for key, told in made.read:
+    for key, told in zip(marshal.loads(made.read_keys), made.told, strict=True):  # noqa: S302
         data = observed[key]
         if data != told and wire.version(data) != told:
             return False
@@ -382,24 +404,20 @@ def composite(data: bytes, convert: Callable[[], dict]) -> dict:
 # content it was read from (its version, wire.version, or without one its bytes), never the
 # resource's own bytes: a new request brings them again, and they are parsed only for what was
 # not read before. A resource no longer observed keeps its reads until its composite's group goes.
-SEEN = Groups(
-    "reads of observed resources",
-    lambda _, kept: 600 + (len(kept[0]) if isinstance(kept[0], bytes) else 0),
-)
+SEEN = Groups("reads of observed resources", lambda _, kept: 600 + len(kept[0]))
 
 
-def seen(reads: Group, key: str, data: bytes) -> tuple[dict, tuple | bytes, tuple | None]:
+def seen(reads: Group, key: str, data: bytes) -> tuple[dict, bytes]:
     """What was read of the observed resource key, encoded as data (a Resource message), to note
-    more in; what tells its content (its version, or its bytes); and its version. reads is its
-    composite's group of SEEN."""
-    version = wire.version(data)
-    told = version or data
+    more in; and what tells its content (its version, or its bytes). reads is its composite's
+    group of SEEN."""
+    told = wire.version(data) or data
     kept = reads.items.get(key)
     if kept is not None and kept[0] == told:
-        return kept[1], told, version
+        return kept[1], told
     noted: dict = {}
     reads.add(key, (told, noted))
-    return noted, told, version
+    return noted, told
 
 
 # Required resources (InferenceClasses, InferenceGateways, consumers, ProviderConfigs) converted,

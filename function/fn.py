@@ -269,11 +269,10 @@ class WireResource(ObservedResource):
     so each read gets its own copy.
     """
 
-    def __init__(self, data: bytes, reads: dict, connection_keys: frozenset[str] | None) -> None:
+    def __init__(self, data: bytes, reads: dict) -> None:
         self._data = data
         self._reads = reads
         self._resource: wire.Resource | None = None
-        self._connection_keys = connection_keys
 
     @property
     def _parsed(self) -> wire.Resource:
@@ -283,9 +282,7 @@ class WireResource(ObservedResource):
 
     @property
     def connection_keys(self) -> frozenset[str]:
-        if self._connection_keys is None:
-            self._connection_keys = self._parsed.connection_keys
-        return self._connection_keys
+        return self._parsed.connection_keys
 
     @property
     def body(self) -> dict:
@@ -335,13 +332,13 @@ class ObservedResources(ConvertedOnRead):
         self._composite = composite
         self._seen: caches.Group | None = None  # the composite's, found when one is first read
         # What tells each resource read: its version, or its bytes (caches.seen).
-        self.read: dict[str, tuple | bytes] = {}
+        self.read: dict[str, bytes] = {}
 
     def _convert(self, key: str, value: bytes) -> ObservedResource:
         if self._seen is None:
             self._seen = caches.SEEN.group(self._composite)
-        reads, self.read[key], version = caches.seen(self._seen, key, value)
-        return WireResource(value, reads, version[3] if version else None)
+        reads, self.read[key] = caches.seen(self._seen, key, value)
+        return WireResource(value, reads)
 
 
 def observed(req: wire.Request, composite: dict) -> Observed:
@@ -362,7 +359,7 @@ def composed(composite: dict, req: wire.Request, handed: dict[str, tuple]) -> An
         ask_first,
     )
 
-    def compose() -> tuple[Output, Mapping[str, tuple | bytes]]:
+    def compose() -> tuple[Output, Mapping[str, bytes]]:
         seen_now = observed(req, composite)
         out = compose_cluster(
             composite,

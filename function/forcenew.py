@@ -397,6 +397,9 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
 }
 
 _MISSING = object()
+# The kinds keep_live looks further at (an Object by its manifest's kind): the others, Usages and
+# most of the stack, are passed over on their kind alone.
+_KINDS = frozenset(kind.split("/")[0] for _, kind in FORCE_NEW)
 
 
 def _kind_key(body: dict) -> tuple[str, str]:
@@ -450,6 +453,8 @@ def keep_live(
     for key, desired in resources.items():
         body = desired.body
         kind = body.get("kind", "")
+        if kind not in _KINDS:
+            continue
         frozen = FORCE_NEW.get(_kind_key(body))
         seen = observed.resources.get(key) if frozen else None
         if seen is None or seen.get("kind") != kind:

@@ -292,11 +292,17 @@ class Resource:
         return self._body
 
 
-def version(data: bytes) -> tuple | None:
+# What a version begins with: a wire type no protobuf message can start with (7), so a version is
+# never equal to the bytes of a resource kept without one (caches.seen keeps either).
+_VERSION_MARK = b"\xff"
+_TEXT = 0x1A  # an encoded Value holding a string
+
+
+def version(data: bytes) -> bytes | None:
     """Of a Resource message as Crossplane sends it, what identifies its content whatever order
-    its maps come in: the body's metadata.uid and metadata.resourceVersion (as encoded Values),
-    the message's size and its connection details' names. None when the body has no uid or no
-    resourceVersion.
+    its maps come in, as one short bytes (kept for every observed resource of every cluster):
+    the body's metadata.uid and metadata.resourceVersion (as encoded Values), the message's size
+    and its connection details' names. None when the body has no uid or no resourceVersion.
 
     Crossplane marshals every request afresh, each map in a new order, so equal content rarely
     comes in equal bytes. An object read from the API server gets a new resourceVersion with every
@@ -313,14 +319,19 @@ def version(data: bytes) -> tuple | None:
         return None
     fields = metadata.struct_value.fields
     uid, resource_version = fields.get("uid"), fields.get("resourceVersion")
-    if not (_is_text(uid) and _is_text(resource_version)):
+    # Each an encoded Value holding a string that is not empty (self-delimiting: tag, size, text).
+    if (
+        uid is None
+        or resource_version is None
+        or len(uid) < 3
+        or len(resource_version) < 3
+        or uid[0] != _TEXT
+        or resource_version[0] != _TEXT
+    ):
         return None
-    return uid, resource_version, len(data), frozenset(message.connection_details)
-
-
-def _is_text(value: bytes | None) -> bool:
-    """Whether value is an encoded Value holding a string that is not empty."""
-    return value is not None and len(value) > 2 and value[0] == 0x1A
+    details = message.connection_details
+    names = b"".join(_string(k) for k in sorted(details)) if details else b""
+    return b"".join((_VERSION_MARK, uid, resource_version, len(data).to_bytes(4, "little"), names))
 
 
 def _only_field(data: bytes, number: int) -> memoryview | None:

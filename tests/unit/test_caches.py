@@ -130,6 +130,34 @@ def test_a_group_is_weighed_item_by_item_and_goes_as_one_entry():
     assert groups.held == 0 and s.held == other.held
 
 
+def test_a_group_found_again_in_the_same_call_is_the_one_kept_and_used_now():
+    """A composition asks for its cluster's group hundreds of times: the one found first in a
+    call is handed back, but never one dropped meanwhile, and a new call marks it used again."""
+    s, clock = store(budget=1 << 20)
+    groups = caches.Groups("g", by_length, s)
+    other = caches.Cache("other", by_length, s)
+    a = groups.group("a")
+    assert groups.group("a") is a and groups.group("b") is not a and groups.group("a") is a
+    groups.clear()
+    assert groups.group("a") is not a  # dropped: a new group, kept
+    a = groups.group("a")
+    assert groups.find("a") is a
+    groups.pop("a")
+    assert groups.group("a") is not a
+    # A new call marks the group used again, though it was the one found last.
+    groups.group("b")
+    a = groups.group("a")
+    clock.now = 1
+    s.call()
+    other.put("o", b"o")
+    clock.now = 2
+    s.call()
+    assert groups.group("a") is a
+    s.budget = caches.ENTRY_OVERHEAD + 1  # room for one entry: the one used last
+    s.make_room()
+    assert groups.find("a") is a and groups.find("b") is None and other.find("o") is None
+
+
 def test_a_kept_composition_holds_only_while_its_clock_comparisons_do():
     """A composition that compared the wall clock with an instant (a Capacity Block's start) is
     answered again only while that comparison comes out the same."""
