@@ -234,14 +234,10 @@ class AKSCluster:
         if running is None:  # not observed: hold what the control plane was asked for
             return asked if isinstance(asked, str) and asked else self.version
         want, have = minor(self.version), minor(running)
-        if want is None or have is None:
+        if want is None or have is None or want == have:
             return self.version
         if want < have:
-            where = f"spec.cluster.aks.kubernetesVersion {self.version}"
-            why = f"older than the control plane's {running}, and AKS cannot downgrade a cluster"
-            self.cloud.warn(f"{where} is {why}, so it stays", reason="VersionDowngrade")
-        if want <= have:
-            return self.version
+            return self.stays(running, asked)
         if any(not runs(version, text(have)) for version in self.pool_versions()):
             return asked if isinstance(asked, str) and runs(running, asked) else text(have)
         step = (have[0], have[1] + 1)
@@ -254,6 +250,17 @@ class AKSCluster:
             reason="UpgradingStepwise",
         )
         return text(step)
+
+    def stays(self, running: str, asked: object) -> str:
+        """What a control plane running a newer minor than the spec's asks for: what it runs.
+        AKS upgrades a cluster past its version's end of life itself (platform-initiated
+        upgrades, from 2027-06-01, pools included) and refuses any downgrade, so asking for the
+        spec's older version would fail every update of the cluster and its pools from then on.
+        """
+        where = f"spec.cluster.aks.kubernetesVersion {self.version}"
+        why = f"older than the control plane's {running}, and AKS cannot downgrade a cluster"
+        self.cloud.warn(f"{where} is {why}, so it stays at {running}", reason="VersionDowngrade")
+        return asked if isinstance(asked, str) and runs(running, asked) else running
 
     def pool_versions(self) -> list[str | None]:
         """What the system pool and each observed agent pool run, as the provider reports it."""

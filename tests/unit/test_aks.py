@@ -328,6 +328,36 @@ def test_a_lower_version_is_refused_with_a_warning():
     assert any(r.reason == "VersionDowngrade" for r in again.results)
 
 
+def test_a_cluster_aks_upgraded_past_the_spec_keeps_asking_for_what_it_runs():
+    """From 2027-06-01 AKS upgrades a cluster past its version's end of life itself
+    (learn.microsoft.com/azure/aks/platform-initiated-upgrades), pools included, and refuses any
+    downgrade: the control plane and every pool then ask for what they run, never the spec's
+    older version, which would fail every update of them."""
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    spec = out.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
+    major, minor_ = spec.split(".")[:2]
+    upgraded = f"{major}.{int(minor_) + 1}.4"
+    seen = sim.reported(out)
+    for key, res in seen.resources.items():
+        at = res.body.get("status", {}).get("atProvider", {})
+        if key == "cluster":
+            at["currentKubernetesVersion"] = upgraded
+            at["defaultNodePool"]["orchestratorVersion"] = upgraded
+        elif key.startswith("nodepool-"):
+            at["orchestratorVersion"] = upgraded
+    again = compose_cluster(xr, all_classes(classes), seen)
+    cluster = again.resources["cluster"].body["spec"]["forProvider"]
+    assert cluster["kubernetesVersion"] == upgraded
+    assert cluster["defaultNodePool"]["orchestratorVersion"] == upgraded
+    pools = [k for k in again.resources if k.startswith("nodepool-")]
+    assert pools
+    for key in pools:
+        assert again.resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == upgraded
+    said = [r.message for r in again.results if r.reason == "VersionDowngrade"]
+    assert said and f"so it stays at {upgraded}" in said[0]
+
+
 @pytest.mark.parametrize(
     ("target", "running", "current", "asks"),
     [
