@@ -82,6 +82,21 @@ DAEMONSET_READY = (
 )
 # GPU pools upgrade a node at a time with no surge node (node_pool says why maxSurge is not set).
 GPU_UPGRADE = {"maxUnavailable": "1"}
+# By default AKS reimages every node each week with a new node image, at any hour ("the default
+# cadence means there's no planned maintenance window applied",
+# learn.microsoft.com/azure/aks/auto-upgrade-node-os-image): each GPU node of a pool, one after
+# the other, drained in the middle of a working day. SecurityPatch reimages only for the
+# security patches of the image's maintainer, and the node OS window keeps every reimage to
+# Sunday 00:00-08:00 UTC (a pool larger than a window takes goes on the next Sunday).
+NODE_OS_UPGRADE_CHANNEL = "SecurityPatch"
+NODE_OS_WINDOW = {
+    "frequency": "Weekly",
+    "interval": 1,
+    "dayOfWeek": "Sunday",
+    "startTime": "00:00",
+    "utcOffset": "+00:00",
+    "duration": 8,
+}
 # What an InfiniBand pool's replicas ask for beside their GPUs: the RDMA shared device plugin's
 # extended resource, a Synthetic device (no DRA claim: a pod requests rdma/shared_ib and IPC_LOCK),
 # published as the Nebius classes publish theirs. Shared (rdmaHcaMax below), so one per pod.
@@ -184,6 +199,8 @@ class AKSCluster:
                 "identity": {"type": "SystemAssigned"},
                 "oidcIssuerEnabled": True,
                 "workloadIdentityEnabled": True,
+                "nodeOsUpgradeChannel": NODE_OS_UPGRADE_CHANNEL,
+                "maintenanceWindowNodeOs": {**NODE_OS_WINDOW},
                 "defaultNodePool": {
                     "name": SYSTEM_POOL,
                     "vmSize": AKS_SYSTEM_VM_SIZE,

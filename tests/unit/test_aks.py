@@ -252,6 +252,26 @@ def test_accelerator_count_disagreeing_with_the_vm_size_is_warned():
     assert any("accelerator count 2 disagrees with the 1 GPUs" in r.message for r in out.results)
 
 
+@pytest.mark.parametrize("name", ["aks", "aks-a10"])
+def test_nodes_are_reimaged_for_security_patches_only_and_only_in_the_weekly_window(name):
+    """AKS's default (NodeImage, no window) reimages every GPU node weekly at any hour. The
+    window is what the AKS API takes (provider-upjet-azure v2.7.0 maintenanceWindowNodeOs:
+    4 to 24 hours, a day of the week for a weekly one)."""
+    xr, classes = example(name)
+    spec = converge(xr, classes).resources["cluster"].body["spec"]["forProvider"]
+    assert spec["nodeOsUpgradeChannel"] == "SecurityPatch"
+    window = spec["maintenanceWindowNodeOs"]
+    assert window["frequency"] == "Weekly" and window["interval"] == 1
+    assert window["dayOfWeek"] in ("Saturday", "Sunday")
+    assert 4 <= window["duration"] <= 24
+    assert window["utcOffset"] == "+00:00" and window["startTime"] == "00:00"
+    # Set at creation too: a new cluster never starts on the default channel.
+    first = compose_cluster(xr, all_classes(classes), Observed())
+    assert first.resources["cluster"].body["spec"]["forProvider"]["nodeOsUpgradeChannel"] == (
+        "SecurityPatch"
+    )
+
+
 def test_cluster_network_cannot_collide_with_pods_or_services():
     vnet = ipaddress.ip_network(aks.VNET_CIDR)
     for other in (aks.POD_CIDR, aks.SERVICE_CIDR):
