@@ -15,6 +15,7 @@ installation and device plugin are off, and the COS driver-installer DaemonSet G
 installs the driver, so the NVIDIA DRA driver is the only allocator of the GPUs.
 """
 
+import copy
 import functools
 
 from function import kube, names, shapes
@@ -45,6 +46,18 @@ FILESTORE_TIER = "zonal"
 # which quota or capacity often refuses, stalling the upgrade (GKE "Surge upgrades": maxSurge 0
 # with maxUnavailable 1 upgrades in place, a node down at a time).
 GPU_UPGRADE = {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
+# The REGULAR channel upgrades the control plane and every node pool on GKE's schedule, at any hour
+# without a maintenance window (GKE "Maintenance windows and exclusions"): each GPU node drained in
+# turn on a working day. Automatic upgrades wait for the weekend nights (UTC) instead: 8 hours on
+# Saturday and on Sunday, over the 48 hours in any 32 days GKE requires and 4 hours at a time.
+# What the spec asks for (a version step) is not held to the window.
+MAINTENANCE_WINDOW = {
+    "recurringWindow": {
+        "startTime": "2026-01-03T00:00:00Z",  # a Saturday
+        "endTime": "2026-01-03T08:00:00Z",
+        "recurrence": "FREQ=WEEKLY;BYDAY=SA,SU",
+    }
+}
 # Filestore volumes stay Pending until the project has the API (a ProjectService never disables
 # it again: other clusters of the project may use it).
 FILESTORE_API = "file.googleapis.com"
@@ -339,6 +352,7 @@ class GKECluster:
                     "location": self.region,
                     "minMasterVersion": self.control_plane_version(),
                     "releaseChannel": {"channel": "REGULAR"},
+                    "maintenancePolicy": copy.deepcopy(MAINTENANCE_WINDOW),
                     "deletionProtection": False,
                     # The default pool is replaced by the pools below.
                     "removeDefaultNodePool": True,

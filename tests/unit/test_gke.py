@@ -2,6 +2,7 @@
 pools with the COS driver installer, pools sized as GKE counts nodes, upgrades, shapes."""
 
 import copy
+from datetime import datetime
 
 import pytest
 import yaml
@@ -52,6 +53,23 @@ def test_the_project_goes_into_workload_identity():
     _, _, out = converge("gke-team")
     spec = out.resources["cluster"].body["spec"]["forProvider"]
     assert spec["workloadIdentityConfig"] == {"workloadPool": "team-ml-inference.svc.id.goog"}
+
+
+def test_automatic_upgrades_wait_for_a_weekend_window_gke_accepts():
+    """GKE's rules for a recurring window (GKE "Maintenance windows and exclusions"): at least
+    48 hours of availability in any 32 days, each window at least 4 hours long."""
+    _, _, out = converge()
+    window = out.resources["cluster"].body["spec"]["forProvider"]["maintenancePolicy"]
+    recurring = window["recurringWindow"]
+    start = datetime.fromisoformat(recurring["startTime"])
+    hours = (datetime.fromisoformat(recurring["endTime"]) - start).total_seconds() / 3600
+    rule = dict(part.split("=") for part in recurring["recurrence"].split(";"))
+    assert rule["FREQ"] == "WEEKLY"
+    days = rule["BYDAY"].split(",")
+    assert start.strftime("%a")[:2].upper() in days  # the first window is one of its days
+    assert hours >= 4
+    # The fewest of those days in any 32 days: four weeks.
+    assert 4 * len(days) * hours >= 48
 
 
 def test_until_the_provider_config_answers_the_cluster_waits_and_nothing_else_does():
