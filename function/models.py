@@ -6,6 +6,7 @@ belongs is an error, not a conversion. Integers arrive from protobuf Structs as 
 integral floats are accepted as integers.
 """
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -14,6 +15,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -93,8 +95,25 @@ class GKE(Region):
     kubernetes_version: str = "1.35"
 
 
+# Regions of the other AWS partitions (aws-cn, aws-us-gov, aws-eusc, the aws-iso family): their IAM
+# policy ARNs (arn:<partition>:iam::aws:policy/...) and some service names differ from the aws
+# partition's, which the EKS renderer composes. The XRD's rule on spec.cluster.eks.region.
+OTHER_PARTITION = re.compile(r"^(cn|us-gov|eusc)-|^[a-z]{2}-iso[a-z]?-")
+
+
 class EKS(Region):
     kubernetes_version: str = "1.36"
+
+    @field_validator("region")
+    @classmethod
+    def _aws_partition(cls, region: str) -> str:
+        if OTHER_PARTITION.match(region):
+            raise ValueError(
+                "must be a region of the aws partition: AWS China (cn-), GovCloud (us-gov-), the "
+                "European Sovereign Cloud (eusc-) and the ISO regions need IAM policy ARNs and "
+                "service names the function does not compose"
+            )
+        return region
 
 
 class AKS(Model):

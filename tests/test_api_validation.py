@@ -195,6 +195,22 @@ INVALID_CLUSTERS = [
         cluster("EKS", cluster={"eks": {"region": "r" * 33}}),
         "spec.cluster.eks.region: Too long: may not be more than 32 bytes",
     ),
+    *(
+        bad(
+            f"eks-region-of-{partition}",
+            cluster("EKS", cluster={"eks": {"region": region}}),
+            "spec.cluster.eks.region must be a region of the aws partition: AWS China (cn-), "
+            "GovCloud (us-gov-), the European Sovereign Cloud (eusc-) and the ISO regions need IAM "
+            "policy ARNs and service names the function does not compose",
+        )
+        for partition, region in (
+            ("aws-cn", "cn-north-1"),
+            ("aws-us-gov", "us-gov-west-1"),
+            ("aws-eusc", "eusc-de-east-1"),
+            ("aws-iso-b", "us-isob-east-1"),
+            ("aws-iso-e", "eu-isoe-west-1"),
+        )
+    ),
     bad(
         "aks-empty-location",
         cluster("AKS", cluster={"aks": {"location": ""}}),

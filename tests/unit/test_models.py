@@ -117,6 +117,27 @@ def test_bad_cluster_input_names_the_field(mutate, message):
 
 
 @pytest.mark.parametrize(
+    "region", ["cn-northwest-1", "us-gov-east-1", "eusc-de-east-1", "us-iso-east-1"]
+)
+def test_an_eks_region_of_another_partition_is_refused_by_name(region):
+    xr, _ = example("eks")
+    xr["spec"]["cluster"]["eks"]["region"] = region
+    with pytest.raises(BadInput) as err:
+        parse_cluster(xr)
+    assert "spec.cluster.eks.region: must be a region of the aws partition" in str(err.value)
+    assert repr(region) in str(err.value)
+
+
+@pytest.mark.parametrize("region", ["us-west-2", "eu-central-1", "ap-southeast-5", "il-central-1"])
+def test_an_eks_region_of_the_aws_partition_is_taken(region):
+    xr, _ = example("eks")
+    xr["spec"]["cluster"]["eks"]["region"] = region
+    for pool in xr["spec"]["nodePools"]:
+        pool.pop("zones", None)
+    assert parse_cluster(xr).spec.cluster.eks.region == region
+
+
+@pytest.mark.parametrize(
     ("mutate", "message"),
     [
         (
