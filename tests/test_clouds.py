@@ -120,7 +120,8 @@ POOL_RESOURCES: dict[str, tuple[str, set[str]]] = {
         "gpu-h100",
         {"nodegroup-gpu-h100", "gpu-cluster-fabric-2"},
     ),
-    "vultr": ("gpu-l40s", {"nodepool-gpu-l40s"}),
+    # The cluster outlives each pool (the deletion order).
+    "vultr": ("gpu-l40s", {"nodepool-gpu-l40s", "usage-cluster-by-nodepool-gpu-l40s"}),
 }
 
 

@@ -438,6 +438,12 @@ def text(version: Minor) -> str:
     return f"{version[0]}.{version[1]}"
 
 
+def release(version: str) -> tuple[int, ...]:
+    """v1.36.1+3 -> (1, 36, 1, 3), v1.35.3-eksbuild.2 -> (1, 35, 3, 2): versions in the order
+    their makers release them."""
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
 def runs(running: str | None, target: str) -> bool:
     """Whether a control plane reporting running (1.34.3, 1.34.3-nebius-cp.2) runs target, an
     exact version or a minor alias (1.34)."""

@@ -9,16 +9,10 @@ control plane; once it reports the new minor, every node group; once every node 
 it, the add-ons whose version follows Kubernetes; and only then the next minor.
 """
 
-import re
 from dataclasses import dataclass, field
 
-from function.clusters.base import Cloud, Minor, minor, text
+from function.clusters.base import Cloud, Minor, minor, release, text
 from function.versions import EKS_ADDON_VERSIONS
-
-
-def release(version: str) -> tuple[int, ...]:
-    """v1.35.3-eksbuild.2 -> (1, 35, 3, 2): add-on versions in the order EKS releases them."""
-    return tuple(int(n) for n in re.findall(r"\d+", version))
 
 
 @dataclass

@@ -21,6 +21,7 @@ from function.clusters.base import (
     Cloud,
     Pool,
     pool_labels,
+    release,
     scaling,
 )
 from function.clusters.eks import gpu_devices
@@ -72,7 +73,7 @@ class VultrCluster:
             {
                 "label": self.cluster_name,
                 "region": self.region,
-                "version": self.version,
+                "version": self.control_plane_version(),
                 "haControlplanes": True,
             },
             # VKE reads the inline pool at creation only, and its autoscaler owns the count after.
@@ -93,6 +94,22 @@ class VultrCluster:
             policies=NO_LATE_INIT,
             connection_secret=names.kubeconfig_secret(c.xr),
         )
+
+    def control_plane_version(self) -> str:
+        """The spec's version, unless the cluster runs a newer build (upgraded from Vultr's
+        console, or by Vultr): VKE cannot downgrade, and the provider asks VKE to upgrade to the
+        spec's version whenever the two differ (terraform-provider-vultr v2.32.0
+        resource_vultr_kubernetes.go Update), which would fail on every sync."""
+        seen = self.cloud.observed("cluster")
+        running = seen.at_provider("version") if seen else None
+        if not isinstance(running, str) or release(running) <= release(self.version):
+            return self.version
+        self.cloud.warn(
+            f"spec.cluster.vultr.kubernetesVersion {self.version} is older than the {running} the "
+            f"cluster runs, and VKE cannot downgrade a cluster, so it stays at {running}",
+            reason="VersionDowngrade",
+        )
+        return running
 
     def check_firewall(self) -> None:
         seen = self.cloud.observed("cluster")
@@ -137,6 +154,11 @@ class VultrCluster:
             policies=NO_LATE_INIT,
             labels={names.POOL_LABEL: pool.name},
         )
+        # Pools go before their cluster: the provider takes a pool for gone only on VKE's
+        # "Invalid NodePool ID" (terraform-provider-vultr v2.32.0
+        # resource_vultr_kubernetes_nodepools.go Read), and a pool whose cluster went first gets
+        # another error, which would hold its finalizer and the XR's deletion for ever.
+        c.outlives.append(("cluster", f"nodepool-{pool.name}"))
 
     def check_shape(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape

@@ -255,3 +255,37 @@ def test_raising_the_version_upgrades_the_cluster_and_vke_its_pools():
     changed = {c for c in sim.changes(converged, after[0]) if not c[0].startswith("usage")}
     assert changed == {("cluster", "spec.forProvider.version")}
     assert after[0].resources["cluster"].body["spec"]["forProvider"]["version"] == "v1.99.0+1"
+
+
+@pytest.mark.parametrize("running", ["v1.36.2+1", "v1.37.0+1"])
+def test_a_cluster_running_a_newer_build_than_the_spec_keeps_asking_for_it(running):
+    """Upgraded from Vultr's console (or by Vultr): VKE cannot downgrade, and the provider would
+    ask it to on every sync (terraform-provider-vultr v2.32.0: Update calls Kubernetes.Upgrade
+    whenever the version differs)."""
+    xr, classes = example("vultr")
+    xr["spec"]["cluster"]["vultr"]["kubernetesVersion"] = "v1.36.1+3"
+    out = converge(xr, classes)
+    seen = reported(out)
+    seen.resources["cluster"].body["status"]["atProvider"]["version"] = running
+    again = compose_cluster(xr, all_classes(classes), seen)
+    assert again.resources["cluster"].body["spec"]["forProvider"]["version"] == running
+    said = [r.message for r in again.results if r.reason == "VersionDowngrade"]
+    assert said and f"so it stays at {running}" in said[0]
+    # The same build, or an older one running (an upgrade under way), asks for the spec's.
+    for same_or_older in ("v1.36.1+3", "v1.35.9+2"):
+        seen.resources["cluster"].body["status"]["atProvider"]["version"] = same_or_older
+        again = compose_cluster(xr, all_classes(classes), seen)
+        assert again.resources["cluster"].body["spec"]["forProvider"]["version"] == "v1.36.1+3"
+        assert not [r for r in again.results if r.reason == "VersionDowngrade"]
+
+
+def test_every_node_pool_is_deleted_before_its_cluster():
+    """A pool whose cluster went first would fail every Observe and hold its finalizer."""
+    xr, classes = example("vultr")
+    out = converge(xr, classes)
+    pools = [k for k in out.resources if k.startswith("nodepool-")]
+    assert pools
+    for key in pools:
+        usage = out.resources[f"usage-cluster-by-{key}"].body["spec"]
+        assert usage["of"]["kind"] == "Kubernetes" and usage["by"]["kind"] == "KubernetesNodePool"
+        assert usage["by"]["resourceRef"]["name"] == out.resources[key].body["metadata"]["name"]
