@@ -16,6 +16,7 @@ from function.clusters.base import (
     GPU_TAINT,
     NO_LATE_INIT,
     SYSTEM_LABELS,
+    SYSTEM_NODES,
     Cloud,
     Pool,
     minor,
@@ -205,8 +206,8 @@ class AKSCluster:
                     "name": SYSTEM_POOL,
                     "vmSize": AKS_SYSTEM_VM_SIZE,
                     "autoScalingEnabled": True,
-                    "minCount": 1,
-                    "maxCount": 3,
+                    "minCount": SYSTEM_NODES[0],
+                    "maxCount": SYSTEM_NODES[1],
                     "osDiskSizeGb": 100,
                     "temporaryNameForRotation": f"{SYSTEM_POOL}tmp",
                     "orchestratorVersion": self.pool_version(

@@ -414,6 +414,13 @@ def as_desired(body: dict) -> dict:
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 # The system nodes run controllers; they are not a Modelplane pool, so they carry no pool label.
 SYSTEM_LABELS = {"modelplane.ai/role": "system"}
+# Every cloud's system pool, as (minimum, maximum, initial) nodes. Everything without the GPU
+# toleration runs there: both gateway replicas (the data plane behind the load balancer), the
+# fail-closed webhooks and the schedulers. Their two replicas under a disruption budget
+# (function/serving/drains.py) keep serving through a drain or a lost VM only if there is a
+# second node to be on: with one, a drain, a repair or a node upgrade that deletes before it
+# creates takes them all down at once.
+SYSTEM_NODES = (2, 3, 2)
 
 
 def pool_labels(pool: Pool, accelerator: str | None) -> dict[str, str]:

@@ -16,6 +16,7 @@ from function.clusters.base import (
     NO_LATE_INIT,
     OBSERVE_ONLY,
     SYSTEM_LABELS,
+    SYSTEM_NODES,
     Cloud,
     Pool,
     minor,
@@ -557,7 +558,9 @@ class EKSCluster:
 
         def build(version: int) -> None:
             launch = {"launchTemplate": {"name": name, "version": str(int(version))}}
-            self.node_group("system-nodegroup", c.name("system"), for_provider | launch, (1, 2, 1))
+            self.node_group(
+                "system-nodegroup", c.name("system"), for_provider | launch, SYSTEM_NODES
+            )
 
         lt = c.observed(key)
         c.keep_or_build(

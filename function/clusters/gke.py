@@ -23,6 +23,7 @@ from function.clusters import gke_driver
 from function.clusters.base import (
     NO_LATE_INIT,
     SYSTEM_LABELS,
+    SYSTEM_NODES,
     Cloud,
     Pool,
     Scaling,
@@ -480,7 +481,7 @@ class GKECluster:
             c.name("system", limit=40),
             {"machineType": SYSTEM_MACHINE_TYPE, "diskSizeGb": 100, "labels": SYSTEM_LABELS},
             [],
-            Scaling(1, 3, 1, autoscaling=True),
+            Scaling(*SYSTEM_NODES, autoscaling=True),
         )
 
     def node_pool(self, pool: Pool) -> None:

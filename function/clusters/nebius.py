@@ -22,11 +22,14 @@ from function.clusters.base import (
     NO_LATE_INIT,
     PROVIDER_CONFIG_KEYS,
     SYSTEM_LABELS,
+    SYSTEM_NODES,
     Cloud,
     CloudConfig,
     Pool,
+    minor,
     pool_labels,
     pool_version,
+    text,
 )
 from function.clusters.eks import gpu_devices
 from function.clusters.facts import ClusterFacts
@@ -67,13 +70,21 @@ FABRIC_LABEL = "modelplane.ai/fabric"
 # GPU node groups re-create nodes one at a time and add none: the default surge of one is one more
 # 8-GPU VM on the same GPU cluster, which capacity often refuses, stalling the rollout (NodeGroup
 # `strategy`, provider-upjet-nebius v1.0.1: maxSurge 0 needs maxUnavailable above 0).
-GPU_STRATEGY = {"maxSurge": {"count": 0}, "maxUnavailable": {"count": 1}}
+# A drain gives up after drainTimeout and deletes what it could not evict: without one, a rollout
+# waits for ever on a pod whose disruption budget allows no eviction (NodeGroup `drainTimeout`: 0,
+# the default until Nebius moves it to 10m in Q3 2026, "means no timeout"). 15 minutes leaves an
+# engine time to finish its requests.
+GPU_STRATEGY = {"maxSurge": {"count": 0}, "maxUnavailable": {"count": 1}, "drainTimeout": "15m"}
+# The system group creates a node before it deletes one (a CPU VM is there to be had), so the
+# gateway's replicas move before their node goes; Nebius is moving the default to delete first.
+SYSTEM_STRATEGY = {"maxSurge": {"count": 1}, "maxUnavailable": {"count": 0}, "drainTimeout": "10m"}
 
 
 class NebiusCluster:
     def __init__(self, cloud: Cloud, settings: Nebius) -> None:
         self.cloud = cloud
         self.version = settings.kubernetes_version
+        self.node_target = self.version
         self.cluster_name = cloud.name("mk8s")
 
     def render(self) -> ClusterFacts:
@@ -82,6 +93,7 @@ class NebiusCluster:
         problem = self.check_provider_config(config)
         pools = c.pools("Nebius", "nebius")
         calendars.check(c, calendars.NEBIUS, self.version)
+        self.node_target = self.target()
         self.network()
         self.control_plane()
         self.cache_filesystem()
@@ -271,16 +283,42 @@ class NebiusCluster:
             labels=labels,
         )
 
+    def running(self) -> str | None:
+        """The control plane's version as mk8s reports it (1.31.2-nebius-cp.3)."""
+        cluster = self.cloud.observed("cluster")
+        running = cluster.at_provider("status", "controlPlane", "version") if cluster else None
+        return running if isinstance(running, str) and running else None
+
+    def target(self) -> str:
+        """The minor the node groups move to: the spec's, or the control plane's where that is
+        newer. mk8s upgrades a control plane whose version left support itself and leaves the
+        Cluster's `version` as it was ("May be lower than the actual cluster version if the
+        desired version is no longer supported and the cluster has been automatically updated",
+        nebius/api mk8s/v1/cluster.proto), so the Cluster asks for the spec's and never fights
+        it; the node groups follow the control plane, never back to the spec's older minor."""
+        running = self.running()
+        have, want = minor(running), minor(self.version)
+        if have is None or want is None or have <= want:
+            return self.version
+        self.cloud.warn(
+            f"spec.cluster.nebius.kubernetesVersion {self.version} is older than the {running} "
+            f"the control plane runs (mk8s upgrades a cluster whose version left support, and "
+            f"cannot downgrade one), so the node groups stay at {text(have)}: set it to "
+            f"{text(have)} or newer",
+            reason="VersionDowngrade",
+        )
+        return text(have)
+
     def node_group_version(self, key: str) -> str:
         """Node groups follow the control plane: a group's version may not be newer than its
         cluster's (NodeGroup `version`: "by default the cluster control plane <major>.<minor>
         version"), so a raised kubernetesVersion reaches them once the control plane runs it."""
-        cluster, seen = self.cloud.observed("cluster"), self.cloud.observed(key)
-        running = cluster.at_provider("status", "controlPlane", "version") if cluster else None
+        seen = self.cloud.observed(key)
+        running = self.running()
         current = seen.get("spec", "forProvider", "version") if seen else None
         # mk8s takes <major>.<minor> only; the control plane reports 1.31.2-nebius-cp.3.
-        minor = ".".join(running.split(".")[:2]) if running else None
-        return pool_version(self.version, running, current or minor)
+        at = ".".join(running.split(".")[:2]) if running else None
+        return pool_version(self.node_target, running, current or at)
 
     def system_node_group(self) -> None:
         c = self.cloud
@@ -292,7 +330,10 @@ class NebiusCluster:
                 "bootDisk": {"sizeGibibytes": 100, "type": DISK_TYPE},
                 "metadata": {"labels": SYSTEM_LABELS},
             },
-            {"autoscaling": {"minNodeCount": 1, "maxNodeCount": 2}},
+            {
+                "autoscaling": {"minNodeCount": SYSTEM_NODES[0], "maxNodeCount": SYSTEM_NODES[1]},
+                "strategy": SYSTEM_STRATEGY,
+            },
         )
 
     def node_pool(self, pool: Pool) -> None:

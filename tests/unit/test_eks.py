@@ -837,3 +837,15 @@ def test_an_upgrade_in_flight_finishes_even_if_the_version_is_lowered_again():
     seen.resources["cluster"].body["status"]["atProvider"]["version"] = "1.34"
     back = compose_cluster(xr, all_classes(classes), seen)
     assert versions(back)["cluster"] == "1.35"
+
+
+def test_a_live_one_node_system_group_is_raised_to_two_in_one_update():
+    """Clusters from before v0.3.0 run a system group of (1, 2, 1): the new bounds go out once,
+    with the desired size raised into them (SYSTEM_NODES)."""
+    xr, classes = example("eks-on-demand")
+    seen = reported(converge(xr, classes))
+    status = seen.resources["system-nodegroup"].body["status"]["atProvider"]
+    status["scalingConfig"] = {"minSize": 1, "maxSize": 2, "desiredSize": 1}
+    again = compose_cluster(xr, all_classes(classes), seen)
+    sent = again.resources["system-nodegroup"].body["spec"]["forProvider"]["scalingConfig"]
+    assert sent == {"minSize": 2, "maxSize": 3, "desiredSize": 2}

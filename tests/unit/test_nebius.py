@@ -348,7 +348,13 @@ def test_system_node_group_has_no_pool_label_and_no_taint():
     xr, _, req = nebius()
     out = compose_cluster(xr, req, Observed())
     spec = out.resources["system-nodegroup"].body["spec"]["forProvider"]
-    assert spec["autoscaling"] == {"minNodeCount": 1, "maxNodeCount": 2}
+    assert spec["autoscaling"] == {"minNodeCount": 2, "maxNodeCount": 3}
+    # A node is created before one is deleted, and a drain never waits for ever.
+    assert spec["strategy"] == {
+        "maxSurge": {"count": 1},
+        "maxUnavailable": {"count": 0},
+        "drainTimeout": "10m",
+    }
     assert spec["template"]["metadata"]["labels"] == {"modelplane.ai/role": "system"}
     assert "taints" not in spec["template"]
     assert "gpuSettings" not in spec["template"]
@@ -501,3 +507,32 @@ def test_a_node_group_added_mid_upgrade_asks_for_the_control_planes_minor():
     # An existing group keeps the version it asks for until the control plane runs the spec's.
     system = again.resources["system-nodegroup"].body["spec"]["forProvider"]["version"]
     assert system == out.resources["system-nodegroup"].body["spec"]["forProvider"]["version"]
+
+
+def test_node_groups_follow_a_control_plane_mk8s_upgraded_past_the_spec():
+    """mk8s upgrades a control plane whose version left support and keeps the Cluster's
+    `version` lower (nebius/api mk8s/v1/cluster.proto): the Cluster keeps asking for the spec's
+    (no diff, no fight), every node group follows the running minor, and the XR says so."""
+    xr, _, req = nebius()
+    out = converge(xr, req)
+    asked = out.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]["version"]
+    major, minor_ = asked.split(".")
+    newer = f"{major}.{int(minor_) + 1}"
+    seen = sim.reported(out)
+    plane = seen.resources["cluster"].body["status"]["atProvider"]["status"]["controlPlane"]
+    plane["version"] = f"{newer}.2-nebius-cp.1"
+    again = compose_cluster(xr, req, seen)
+    assert again.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]["version"] == (
+        asked
+    )
+    groups = [k for k in again.resources if k.endswith("nodegroup") or "nodegroup-" in k]
+    assert len(groups) >= 2
+    for key in groups:
+        assert again.resources[key].body["spec"]["forProvider"]["version"] == newer, key
+    said = [r.message for r in again.results if r.reason == "VersionDowngrade"]
+    assert said and f"stay at {newer}" in said[0]
+    # At the spec's own minor, nothing is said and nothing moves.
+    plane["version"] = f"{asked}.7-nebius-cp.2"
+    steady = compose_cluster(xr, req, seen)
+    assert not [r for r in steady.results if r.reason == "VersionDowngrade"]
+    assert {steady.resources[k].body["spec"]["forProvider"]["version"] for k in groups} == {asked}

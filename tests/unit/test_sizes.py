@@ -56,7 +56,7 @@ def test_no_cloud_claims_dra_scale_up_from_zero_without_a_source():
             "nebius",
             "nodegroup-",
             "strategy",
-            {"maxSurge": {"count": 0}, "maxUnavailable": {"count": 1}},
+            {"maxSurge": {"count": 0}, "maxUnavailable": {"count": 1}, "drainTimeout": "15m"},
         ),
     ],
 )
@@ -72,3 +72,31 @@ def test_gpu_pools_upgrade_without_an_extra_gpu_node(name, prefix, field, expect
         assert out.resources[key].body["spec"]["forProvider"][field] == expected
     system = next(k for k in out.resources if k.startswith("system-") or k == "cluster")
     assert field not in out.resources[system].body["spec"]["forProvider"]
+
+
+# Where each cloud keeps its system pool's smallest size, from the converged composition.
+SYSTEM_MINIMUM = {
+    "eks": lambda r: r["system-nodegroup"]["spec"]["initProvider"]["scalingConfig"]["minSize"],
+    "gke": lambda r: r["system-nodepool"]["spec"]["forProvider"]["autoscaling"][
+        "totalMinNodeCount"
+    ],
+    "aks": lambda r: r["cluster"]["spec"]["forProvider"]["defaultNodePool"]["minCount"],
+    "nebius": lambda r: r["system-nodegroup"]["spec"]["forProvider"]["autoscaling"]["minNodeCount"],
+    # VKE reads the inline pool at creation only.
+    "vultr": lambda r: r["cluster"]["spec"]["initProvider"]["nodePools"]["minNodes"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYSTEM_MINIMUM))
+def test_the_system_pool_keeps_two_nodes_so_a_drain_never_takes_the_gateway_down(name):
+    """Both gateway replicas, the fail-closed webhooks and the schedulers run on the system
+    pool, two replicas each under a disruption budget: a second node is what lets them move."""
+    xr, classes = example(name)
+    out = sim.converge(xr, {**all_classes(classes), **_config(name)})
+    bodies = {k: d.body for k, d in out.resources.items()}
+    assert SYSTEM_MINIMUM[name](bodies) >= 2
+
+
+def _config(name: str) -> dict:
+    configs = provider_configs(name)
+    return {"cloud-provider-config": configs} if configs is not None else {}

@@ -50,7 +50,7 @@ def test_vke_cluster_at_the_exact_version_with_an_ha_control_plane():
     # VKE reads the inline system pool at creation only; its autoscaler owns the count.
     system = spec["initProvider"]["nodePools"]
     assert "nodePools" not in spec["forProvider"]
-    assert (system["plan"], system["minNodes"], system["maxNodes"]) == ("vc2-6c-16gb", 1, 2)
+    assert (system["plan"], system["minNodes"], system["maxNodes"]) == ("vc2-6c-16gb", 2, 3)
     assert system["labels"] == [{"key": "modelplane.ai/role", "value": "system"}]
     assert "taints" not in system
     assert "LateInitialize" not in spec["managementPolicies"]
