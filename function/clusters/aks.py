@@ -90,6 +90,10 @@ GPU_UPGRADE = {"maxUnavailable": "1"}
 # security patches of the image's maintainer, and the node OS window keeps every reimage to
 # Sunday 00:00-08:00 UTC (a pool larger than a window takes goes on the next Sunday).
 NODE_OS_UPGRADE_CHANNEL = "SecurityPatch"
+# The Standard tier: the control plane's uptime SLA and the API server capacity AKS sizes for
+# production; the Free tier is for development and testing, with no SLA and fewer API requests
+# (learn.microsoft.com/azure/aks/free-standard-pricing-tiers). $0.10 an hour a cluster.
+SKU_TIER = "Standard"
 NODE_OS_WINDOW = {
     "frequency": "Weekly",
     "interval": 1,
@@ -200,6 +204,7 @@ class AKSCluster:
                 "identity": {"type": "SystemAssigned"},
                 "oidcIssuerEnabled": True,
                 "workloadIdentityEnabled": True,
+                "skuTier": SKU_TIER,
                 "nodeOsUpgradeChannel": NODE_OS_UPGRADE_CHANNEL,
                 "maintenanceWindowNodeOs": {**NODE_OS_WINDOW},
                 "defaultNodePool": {

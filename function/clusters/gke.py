@@ -76,6 +76,10 @@ NAT_PORTS = {
     "minPortsPerVm": 128,
     "maxPortsPerVm": 4096,
 }
+# Cloud NAT says nothing of a dropped connection unless it logs: errors only, the connections it
+# could not translate (OUT_OF_RESOURCES and the like), billed as Cloud Logging entries, which a
+# NAT that has its ports writes none of (cloud.google.com/nat/docs/monitoring: ERRORS_ONLY).
+NAT_LOGS = {"enable": True, "filter": "ERRORS_ONLY"}
 # The COS driver installer puts the NVIDIA driver here; the DRA driver must be told.
 NVIDIA_DRIVER_ROOT = gke_driver.INSTALL_DIR
 DRIVER_INSTALLER_KEY = "nvidia-driver-installer"
@@ -228,6 +232,7 @@ class GKECluster:
                 "natIpAllocateOption": "AUTO_ONLY",
                 "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES",
                 **NAT_PORTS,
+                "logConfig": dict(NAT_LOGS),
             },
         )
 

@@ -272,6 +272,14 @@ def test_nodes_are_reimaged_for_security_patches_only_and_only_in_the_weekly_win
     )
 
 
+def test_the_control_plane_is_on_the_tier_with_an_uptime_sla():
+    """AKS's Free tier has no SLA and fewer API requests (AKS "Free, Standard and Premium
+    pricing tiers"); skuTier changes in place (azurerm: not ForceNew)."""
+    xr, classes = example("aks")
+    spec = converge(xr, classes).resources["cluster"].body["spec"]["forProvider"]
+    assert spec["skuTier"] == "Standard"
+
+
 def test_cluster_network_cannot_collide_with_pods_or_services():
     vnet = ipaddress.ip_network(aks.VNET_CIDR)
     for other in (aks.POD_CIDR, aks.SERVICE_CIDR):

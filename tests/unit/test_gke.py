@@ -608,3 +608,5 @@ def test_cloud_nat_gives_busy_nodes_ports_as_the_api_accepts_them():
     assert nat["enableEndpointIndependentMapping"] is False
     assert 64 < low < high <= 65536
     assert low & (low - 1) == 0 and high & (high - 1) == 0
+    # A connection it drops (OUT_OF_RESOURCES) is logged, and only those.
+    assert nat["logConfig"] == {"enable": True, "filter": "ERRORS_ONLY"}
