@@ -193,7 +193,8 @@ NEBIUS_INFINIBAND: dict[str, frozenset[str]] = {
 }
 
 # 5: Vultr vcg plans: per-GPU memory (GB) by GPU; whole GPUs = plan VRAM / per-GPU memory.
-VULTR_GPU_MEMORY_GB: dict[str, int] = {"l40s": 48, "a100": 80, "a16": 16, "a40": 48}
+# B200: vcg-b200-248c-2826g-1536vram is 8 GPUs (../shared/reference/gpu-shapes.md section 5).
+VULTR_GPU_MEMORY_GB: dict[str, int] = {"l40s": 48, "a100": 80, "a16": 16, "a40": 48, "b200": 192}
 
 
 def vultr_gpus(plan: str) -> float | None:

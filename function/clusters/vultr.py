@@ -113,8 +113,11 @@ class VultrCluster:
         return running
 
     def check_firewall(self) -> None:
+        """The firewall group VKE made is what tells: the provider's Read never refreshes
+        enableFirewall, only firewallGroupId (terraform-provider-vultr v2.32.0
+        resource_vultr_kubernetes.go), so a cluster made without one reports none."""
         seen = self.cloud.observed("cluster")
-        if seen is not None and seen.at_provider("enableFirewall") is False:
+        if seen is not None and seen.ready and not seen.at_provider("firewallGroupId"):
             self.cloud.warn(
                 f"VKE cluster {self.cluster_name!r} was created without VKE's managed firewall, "
                 "which VKE sets at creation only; add a firewall group to its nodes yourself",

@@ -286,14 +286,17 @@ def _vultr_id(name: str) -> str:
 def _vke_cluster(body: dict, world: World) -> dict:
     del world
     cluster_id, spec = _vultr_id(_name(body)), _for_provider(body)
+    firewall = body.get("spec", {}).get("initProvider", {}).get("enableFirewall")
     return {
         "id": cluster_id,
         "label": spec.get("label"),
         "region": spec.get("region"),
         "version": spec.get("version"),
         "haControlplanes": spec.get("haControlplanes"),
-        # Set at creation only, from initProvider.
-        "enableFirewall": bool(body.get("spec", {}).get("initProvider", {}).get("enableFirewall")),
+        # Set at creation only, from initProvider; Read never refreshes it, only the firewall
+        # group VKE made (terraform-provider-vultr v2.32.0 resource_vultr_kubernetes.go).
+        "enableFirewall": bool(firewall),
+        "firewallGroupId": _vultr_id(f"{_name(body)}-firewall") if firewall else "",
         "endpoint": f"{cluster_id}.vultr-k8s.com",
         "status": "active",
     }

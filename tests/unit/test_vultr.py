@@ -161,7 +161,7 @@ def test_vke_firewall_at_creation_and_a_warning_for_a_cluster_without_one():
     assert not [r for r in out.results if r.reason == "NoFirewall"]
     observed = reported(out)
     old = copy.deepcopy(observed.resources["cluster"].body)
-    old["status"]["atProvider"]["enableFirewall"] = False
+    old["status"]["atProvider"]["firewallGroupId"] = ""
     resources = {**observed.resources, "cluster": ObservedResource(old)}
     again = compose_cluster(xr, all_classes(classes), Observed(resources=resources))
     warned = [r.message for r in again.results if r.reason == "NoFirewall"]
@@ -215,8 +215,9 @@ def test_pool_names_that_are_label_values_get_valid_cloud_names():
         ({"plan": "vcg-l40s-32c-375g-96vram"}, "accelerator count 1 disagrees with the 2 GPUs"),
         ({"plan": "vcg-a100-1c-6g-4vram"}, "a fractional vGPU (0.05 of a GPU)"),
         ({"plan": "vc2-6c-16gb"}, "not a GPU plan in the shape table"),
+        ({"plan": "vcg-b200-248c-2826g-1536vram"}, "accelerator count 1 disagrees with the 8 GPUs"),
     ],
-    ids=["count", "fractional", "not-a-gpu-plan"],
+    ids=["count", "fractional", "not-a-gpu-plan", "b200"],
 )
 def test_shape_warnings(change, expected):
     xr, classes = example("vultr")
