@@ -37,6 +37,7 @@ DEVICE_PLUGIN_OFF = {"nvidia.com/gpu.deploy.device-plugin": "false"}
 # Where the GPU Operator's driver container puts the driver (DefaultDriverInstallDir,
 # controllers/object_controls.go), the root the DRA driver reads it from.
 GPU_OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
+SECOND_SYSTEM_POOL = "system-nodepool"
 
 
 def key_values(labels: dict[str, str]) -> list[dict]:
@@ -57,6 +58,7 @@ class VultrCluster:
         calendars.check(c, calendars.VULTR, self.version)
         self.control_plane()
         self.check_firewall()
+        self.second_system_pool()
         for pool in pools:
             self.node_pool(pool)
         provider_config = c.provider_configs(self.kubeconfig_ready())
@@ -123,6 +125,43 @@ class VultrCluster:
                 "which VKE sets at creation only; add a firewall group to its nodes yourself",
                 reason="NoFirewall",
             )
+
+    def second_system_pool(self) -> None:
+        """For a cluster whose inline system pool may shrink to one node (those created before
+        v0.3.0 asked for one), a managed system pool of one or two more: VKE reads the inline
+        pool at creation only, and with one system node a drain, a recycle or an upgrade (which
+        re-provisions every worker) takes both gateway replicas down at once (SYSTEM_NODES).
+        Once composed it stays; a cluster created with two has none."""
+        c = self.cloud
+        seen = c.observed("cluster")
+        inline = seen.at_provider("nodePools") if seen else None
+        smallest = None
+        if isinstance(inline, dict):
+            count = (
+                inline.get("minNodes") if inline.get("autoScaler") else inline.get("nodeQuantity")
+            )
+            smallest = count if isinstance(count, int | float) else None
+        short = smallest is not None and smallest < SYSTEM_NODES[0]
+        if not short and c.observed(SECOND_SYSTEM_POOL) is None:
+            return
+        c.managed(
+            SECOND_SYSTEM_POOL,
+            VKE,
+            "KubernetesNodePool",
+            c.name("np", "system"),
+            {
+                "clusterIdRef": {"name": self.cluster_name},
+                "label": c.name("np", "system", limit=40),
+                "plan": VULTR_SYSTEM_PLAN,
+                "labels": key_values(SYSTEM_LABELS),
+                "autoScaler": True,
+                "minNodes": 1,
+                "maxNodes": 2,
+            },
+            init_provider={"nodeQuantity": 1},
+            policies=NO_LATE_INIT,
+        )
+        c.outlives.append(("cluster", SECOND_SYSTEM_POOL))
 
     def kubeconfig_ready(self) -> bool:
         cluster = self.cloud.observed("cluster")

@@ -297,6 +297,14 @@ def _vke_cluster(body: dict, world: World) -> dict:
         # group VKE made (terraform-provider-vultr v2.32.0 resource_vultr_kubernetes.go).
         "enableFirewall": bool(firewall),
         "firewallGroupId": _vultr_id(f"{_name(body)}-firewall") if firewall else "",
+        # The default pool, as VKE created it from the inline one (read back by the provider).
+        "nodePools": {
+            k: v
+            for k, v in (
+                body.get("spec", {}).get("initProvider", {}).get("nodePools") or {}
+            ).items()
+            if k in ("label", "plan", "nodeQuantity", "autoScaler", "minNodes", "maxNodes")
+        },
         "endpoint": f"{cluster_id}.vultr-k8s.com",
         "status": "active",
     }

@@ -290,3 +290,26 @@ def test_every_node_pool_is_deleted_before_its_cluster():
         usage = out.resources[f"usage-cluster-by-{key}"].body["spec"]
         assert usage["of"]["kind"] == "Kubernetes" and usage["by"]["kind"] == "KubernetesNodePool"
         assert usage["by"]["resourceRef"]["name"] == out.resources[key].body["metadata"]["name"]
+
+
+def test_a_live_cluster_with_a_one_node_system_pool_gets_a_second_one_and_keeps_it():
+    """VKE reads the inline system pool at creation only: clusters created before v0.3.0 asked
+    for one node, and get a managed system pool beside it; new ones ask for two and get none."""
+    xr, classes = example("vultr")
+    out = converge(xr, classes)
+    assert "system-nodepool" not in out.resources
+    assert next(c for c in out.conditions if c.type == "ClusterReady").status
+    seen = reported(out)
+    inline = {"autoScaler": True, "minNodes": 1, "maxNodes": 2, "nodeQuantity": 1}
+    seen.resources["cluster"].body["status"]["atProvider"]["nodePools"] = inline
+    again = compose_cluster(xr, all_classes(classes), seen)
+    pool = again.resources["system-nodepool"].body["spec"]
+    assert pool["forProvider"]["labels"] == [{"key": "modelplane.ai/role", "value": "system"}]
+    assert "taints" not in pool["forProvider"]
+    assert (pool["forProvider"]["minNodes"], pool["forProvider"]["maxNodes"]) == (1, 2)
+    assert "usage-cluster-by-system-nodepool" in again.resources
+    # Kept once there, whatever the cluster's status says for a moment.
+    later = reported(again)
+    later.resources["cluster"].body["status"]["atProvider"].pop("nodePools")
+    kept = compose_cluster(xr, all_classes(classes), later)
+    assert kept.resources["system-nodepool"].body == again.resources["system-nodepool"].body
