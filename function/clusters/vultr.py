@@ -148,10 +148,11 @@ class VultrCluster:
             SECOND_SYSTEM_POOL,
             VKE,
             "KubernetesNodePool",
-            c.name("np", "system"),
+            # Not c.name("np", ...): a pool of the spec may be named "system".
+            c.name("system"),
             {
                 "clusterIdRef": {"name": self.cluster_name},
-                "label": c.name("np", "system", limit=40),
+                "label": c.name("system", "managed", limit=40),
                 "plan": VULTR_SYSTEM_PLAN,
                 "labels": key_values(SYSTEM_LABELS),
                 "autoScaler": True,

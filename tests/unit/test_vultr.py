@@ -313,3 +313,19 @@ def test_a_live_cluster_with_a_one_node_system_pool_gets_a_second_one_and_keeps_
     later.resources["cluster"].body["status"]["atProvider"].pop("nodePools")
     kept = compose_cluster(xr, all_classes(classes), later)
     assert kept.resources["system-nodepool"].body == again.resources["system-nodepool"].body
+
+
+def test_the_second_system_pool_never_takes_the_name_of_a_spec_pool_named_system():
+    xr, classes = example("vultr")
+    xr["spec"]["nodePools"][0]["name"] = "system"
+    out = converge(xr, classes)
+    seen = reported(out)
+    inline = {"autoScaler": True, "minNodes": 1, "maxNodes": 2, "nodeQuantity": 1}
+    seen.resources["cluster"].body["status"]["atProvider"]["nodePools"] = inline
+    again = compose_cluster(xr, all_classes(classes), seen)
+    pools = [
+        d.body for k, d in again.resources.items() if k in ("system-nodepool", "nodepool-system")
+    ]
+    assert len(pools) == 2
+    assert len({b["metadata"]["name"] for b in pools}) == 2
+    assert len({b["spec"]["forProvider"]["label"] for b in pools}) == 2
