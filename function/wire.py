@@ -319,19 +319,17 @@ def version(data: bytes) -> bytes | None:
         return None
     fields = metadata.struct_value.fields
     uid, resource_version = fields.get("uid"), fields.get("resourceVersion")
-    # Each an encoded Value holding a string that is not empty (self-delimiting: tag, size, text).
-    if (
-        uid is None
-        or resource_version is None
-        or len(uid) < 3
-        or len(resource_version) < 3
-        or uid[0] != _TEXT
-        or resource_version[0] != _TEXT
-    ):
+    if not (_is_text(uid) and _is_text(resource_version)):
         return None
     details = message.connection_details
     names = b"".join(_string(k) for k in sorted(details)) if details else b""
     return b"".join((_VERSION_MARK, uid, resource_version, len(data).to_bytes(4, "little"), names))
+
+
+def _is_text(value: bytes | None) -> bool:
+    """Whether value is an encoded Value holding a string that is not empty (self-delimiting:
+    tag, size, text)."""
+    return value is not None and len(value) > 2 and value[0] == _TEXT
 
 
 def _only_field(data: bytes, number: int) -> memoryview | None:

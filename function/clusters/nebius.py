@@ -15,6 +15,8 @@ the cluster's ProviderConfigs also need that service-account Secret as their ide
 for it, and keep the identity they were composed with while the ProviderConfig cannot be read.
 """
 
+import functools
+
 from function import kube, names, shapes
 from function.clusters import calendars
 from function.clusters.base import (
@@ -84,7 +86,6 @@ class NebiusCluster:
     def __init__(self, cloud: Cloud, settings: Nebius) -> None:
         self.cloud = cloud
         self.version = settings.kubernetes_version
-        self.node_target = self.version
         self.cluster_name = cloud.name("mk8s")
 
     def render(self) -> ClusterFacts:
@@ -93,7 +94,6 @@ class NebiusCluster:
         problem = self.check_provider_config(config)
         pools = c.pools("Nebius", "nebius")
         calendars.check(c, calendars.NEBIUS, self.version)
-        self.node_target = self.target()
         self.network()
         self.control_plane()
         self.cache_filesystem()
@@ -289,13 +289,15 @@ class NebiusCluster:
         running = cluster.at_provider("status", "controlPlane", "version") if cluster else None
         return running if isinstance(running, str) and running else None
 
-    def target(self) -> str:
-        """The minor the node groups move to: the spec's, or the control plane's where that is
-        newer. mk8s upgrades a control plane whose version left support itself and leaves the
-        Cluster's `version` as it was ("May be lower than the actual cluster version if the
-        desired version is no longer supported and the cluster has been automatically updated",
-        nebius/api mk8s/v1/cluster.proto), so the Cluster asks for the spec's and never fights
-        it; the node groups follow the control plane, never back to the spec's older minor."""
+    @functools.cached_property
+    def node_target(self) -> str:
+        """The minor the node groups move to, said once a reconcile: the spec's, or the control
+        plane's where that is newer. mk8s upgrades a control plane whose version left support
+        itself and leaves the Cluster's `version` as it was ("May be lower than the actual cluster
+        version if the desired version is no longer supported and the cluster has been
+        automatically updated", nebius/api mk8s/v1/cluster.proto), so the Cluster asks for the
+        spec's and never fights it; the node groups follow the control plane, never back to the
+        spec's older minor."""
         running = self.running()
         have, want = minor(running), minor(self.version)
         if have is None or want is None or have <= want:

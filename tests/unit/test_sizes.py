@@ -6,6 +6,15 @@ from function.clusters.base import DRA_SCALE_FROM_ZERO
 from tests.builders import all_classes, example, provider_configs
 from tests.unit import sim
 
+
+def handed(name: str, classes: list[dict]) -> dict[str, list[dict]]:
+    """The classes, and the example's cloud ProviderConfig where it has one."""
+    required = all_classes(classes)
+    if provider_configs(name):
+        required["cloud-provider-config"] = provider_configs(name)
+    return required
+
+
 # Where each cloud keeps a pool's smallest size, as a function of (key, body).
 MINIMUM = {
     "gke": lambda b: b["spec"]["forProvider"]["autoscaling"]["totalMinNodeCount"],
@@ -28,10 +37,7 @@ def test_an_autoscaling_dra_pool_keeps_a_node_on_every_cloud(name):
     for key in ("nodeCount", "minNodeCount"):
         pool.pop(key, None)
     pool.update(minNodeCount=0, maxNodeCount=4)
-    required = all_classes(classes)
-    if provider_configs(name):
-        required["cloud-provider-config"] = provider_configs(name)
-    out = sim.converge(xr, required)
+    out = sim.converge(xr, handed(name, classes))
     body = out.resources[PREFIX[name] + pool["name"]].body
     assert MINIMUM[name](body) == 1
     (warning,) = [r for r in out.results if r.reason == "ScaleFromZeroUnsupported"]
@@ -92,11 +98,6 @@ def test_the_system_pool_keeps_two_nodes_so_a_drain_never_takes_the_gateway_down
     """Both gateway replicas, the fail-closed webhooks and the schedulers run on the system
     pool, two replicas each under a disruption budget: a second node is what lets them move."""
     xr, classes = example(name)
-    out = sim.converge(xr, {**all_classes(classes), **_config(name)})
+    out = sim.converge(xr, handed(name, classes))
     bodies = {k: d.body for k, d in out.resources.items()}
     assert SYSTEM_MINIMUM[name](bodies) >= 2
-
-
-def _config(name: str) -> dict:
-    configs = provider_configs(name)
-    return {"cloud-provider-config": configs} if configs is not None else {}

@@ -299,9 +299,7 @@ def test_a_live_cluster_with_a_one_node_system_pool_gets_a_second_one_and_keeps_
     out = converge(xr, classes)
     assert "system-nodepool" not in out.resources
     assert next(c for c in out.conditions if c.type == "ClusterReady").status
-    seen = reported(out)
-    inline = {"autoScaler": True, "minNodes": 1, "maxNodes": 2, "nodeQuantity": 1}
-    seen.resources["cluster"].body["status"]["atProvider"]["nodePools"] = inline
+    seen = with_one_node_inline_pool(reported(out))
     again = compose_cluster(xr, all_classes(classes), seen)
     pool = again.resources["system-nodepool"].body["spec"]
     assert pool["forProvider"]["labels"] == [{"key": "modelplane.ai/role", "value": "system"}]
@@ -319,9 +317,7 @@ def test_the_second_system_pool_never_takes_the_name_of_a_spec_pool_named_system
     xr, classes = example("vultr")
     xr["spec"]["nodePools"][0]["name"] = "system"
     out = converge(xr, classes)
-    seen = reported(out)
-    inline = {"autoScaler": True, "minNodes": 1, "maxNodes": 2, "nodeQuantity": 1}
-    seen.resources["cluster"].body["status"]["atProvider"]["nodePools"] = inline
+    seen = with_one_node_inline_pool(reported(out))
     again = compose_cluster(xr, all_classes(classes), seen)
     pools = [
         d.body for k, d in again.resources.items() if k in ("system-nodepool", "nodepool-system")
@@ -329,3 +325,10 @@ def test_the_second_system_pool_never_takes_the_name_of_a_spec_pool_named_system
     assert len(pools) == 2
     assert len({b["metadata"]["name"] for b in pools}) == 2
     assert len({b["spec"]["forProvider"]["label"] for b in pools}) == 2
+
+
+def with_one_node_inline_pool(seen: Observed) -> Observed:
+    """seen, its cluster reporting the inline system pool clusters before v0.3.0 were made with."""
+    inline = {"autoScaler": True, "minNodes": 1, "maxNodes": 2, "nodeQuantity": 1}
+    seen.resources["cluster"].body["status"]["atProvider"]["nodePools"] = inline
+    return seen
