@@ -75,9 +75,11 @@ ETCD            := $(TOOLS_BIN)/etcd
 KUBE_APISERVER  := $(TOOLS_BIN)/kube-apiserver
 KUBE_CM         := $(TOOLS_BIN)/kube-controller-manager
 KUBE_SCHEDULER  := $(TOOLS_BIN)/kube-scheduler
+# kubectl runs the GPU health reporter's script against the workload cluster (function/serving/gpu_health.py).
+KUBECTL         := $(TOOLS_BIN)/kubectl
 CROSSPLANE_CORE := $(TOOLS_BIN)/crossplane-core
 KWOK            := $(TOOLS_BIN)/kwok
-E2E_TOOLS       := $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(CROSSPLANE_CORE) $(ETCD) $(KWOK)
+E2E_TOOLS       := $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL) $(CROSSPLANE_CORE) $(ETCD) $(KWOK)
 # The real providers of tests/e2e/providers.py, each from a pinned wrapper module in tests/tools/providers
 # (its cmd/provider main package), after the control plane's binaries (same serial chain).
 PROV_MODS       := tests/tools/providers
@@ -97,13 +99,14 @@ K8S_LDFLAGS     := -s -w -X $(K8S_VERSION_PKG).gitVersion=$(K8S_VERSION) \
 
 e2e-tools: $(E2E_TOOLS) $(PROVIDERS) $(NEBIUS_IAM)
 
-$(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER): $(CP_MODS)/kubernetes/go.mod $(CP_MODS)/kubernetes/go.sum
+$(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL): $(CP_MODS)/kubernetes/go.mod $(CP_MODS)/kubernetes/go.sum
 	mkdir -p $(TOOLS_BIN)
 	cd $(CP_MODS)/kubernetes && go build -trimpath -ldflags "$(K8S_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
 $(KUBE_CM): | $(KUBE_APISERVER)
 $(KUBE_SCHEDULER): | $(KUBE_CM)
+$(KUBECTL): | $(KUBE_SCHEDULER)
 
-$(CROSSPLANE_CORE): $(CP_MODS)/crossplane/go.mod $(CP_MODS)/crossplane/go.sum | $(KUBE_CM)
+$(CROSSPLANE_CORE): $(CP_MODS)/crossplane/go.mod $(CP_MODS)/crossplane/go.sum | $(KUBECTL)
 	mkdir -p $(TOOLS_BIN)
 	cd $(CP_MODS)/crossplane && go build -trimpath -o $@ \
 		-ldflags "-s -w -X github.com/crossplane/crossplane/v2/internal/version.version=$(XP_VERSION)" \
