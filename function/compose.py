@@ -87,6 +87,7 @@ def compose_cluster(
             cluster_condition(cluster),
             Condition("BackendReady", stack.ready, stack.reason, stack.message),
             stack.gpus,
+            stack.health,
             classes_condition(inputs.classes),
         ],
         results=cluster.results

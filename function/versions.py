@@ -114,6 +114,9 @@ IMAGES: dict[str, str] = {
     # Every GPU pool's probe (function/serving/gpus.py): nvidia-smi comes from the driver through
     # the DRA claim (CDI), so any image with bash will do; MCR's mirror has no pull rate limit.
     "gpu-probe": "mcr.microsoft.com/mirror/docker/library/ubuntu:24.04",
+    # The GPU health reporter (function/serving/gpu_health.py): upstream kubectl, with bash and jq
+    # (kubernetes build/server-image/kubectl/Dockerfile, debian-base).
+    "gpu-health-reporter": "registry.k8s.io/kubectl:v1.34.1",
 }
 
 

@@ -4,6 +4,8 @@ and the serving stack (function/serving/) refer to, so a cloud renderer never im
 # What tolerates the taint every GPU node carries (clusters/base.py GPU_TAINT): GPU drivers, device
 # plugins and node-feature-discovery's worker.
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# What node-feature-discovery labels every NVIDIA GPU node with (serving/components.py NFD_VALUES).
+GPU_NODE_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 
 # Composed resource keys of the stack's components a cloud renderer orders its own against
 # (serving/components.py RESOURCE_KEYS; a unit test holds them equal).

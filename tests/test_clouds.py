@@ -7,6 +7,8 @@ every observed status lost, a pool dropped from the spec. Every resource rendere
 and every manifest inside an Object, is validated against the real schemas at the end.
 """
 
+from dataclasses import replace
+
 import pytest
 
 from function.serving import gpus
@@ -14,7 +16,7 @@ from tests.builders import example, provider_configs
 from tests.converge import SCHEMAS, Pass, Renderer, converge, next_xr, observed_as_provider_reports
 from tests.golden import check_golden
 from tests.sim.providers import World
-from tests.sim.workload import inference_gateway
+from tests.sim.workload import healthy_gpu_nodes, inference_gateway
 from tests.tools.server import function_server
 from tests.validation import validate_everything
 
@@ -143,7 +145,9 @@ def converged(renderer) -> dict[str, list[Pass]]:
     out = {}
     for name, world in EXAMPLES.items():
         xr, classes = load(name)
-        out[name] = converge(renderer, xr, classes + provider_configs(name.split("/")[0]), world)
+        # Each pool's nodes are there, healthy, as the GPU health reporter lists them.
+        seen = replace(world, gpu_nodes=healthy_gpu_nodes(xr))
+        out[name] = converge(renderer, xr, classes + provider_configs(name.split("/")[0]), seen)
     return out
 
 

@@ -96,6 +96,7 @@ def test_existing_renders_provider_configs_and_status(rendered):
         "ClusterReady": ("True", "Available"),
         "BackendReady": ("False", "WaitingForCluster"),
         "GPUsPublished": ("False", "WaitingForDRADriver"),
+        "GPUsHealthy": ("False", "WaitingForReport"),
         "ClassesResolved": ("True", "Resolved"),
     }
     assert results == []

@@ -31,8 +31,8 @@ from function.caches import BODIES
 from function.inputs import ObservedResource
 from function.output import Desired, Requirement, Result
 from function.serving import looking
-from function.serving.components import GPU_NODE_LABEL
 from function.versions import CHARTS
+from function.workload import GPU_NODE_LABEL
 
 HELM_RELEASE = "meta.helm.sh/release-name"
 HELM_NAMESPACE = "meta.helm.sh/release-namespace"

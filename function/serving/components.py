@@ -16,7 +16,7 @@ import yaml
 
 from function import names, wire
 from function.models import CLOUD_BLOCKS
-from function.serving import drains, gateway, gpus, modelexpress_crds
+from function.serving import drains, gateway, gpu_health, gpus, modelexpress_crds
 from function.versions import CHART_CRDS, CHARTS, IMAGES
 from function.workload import GATEWAY_LOAD_BALANCER, GPU_TOLERATION
 
@@ -353,7 +353,6 @@ NFD_VALUES = {
         "config": {"sources": {"pci": {"deviceLabelFields": ["vendor"]}}},
     },
 }
-GPU_NODE_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 
 
 # The DRA driver's kubelet plugin DaemonSet, as its chart names it (templates/kubeletplugin.yaml).
@@ -751,6 +750,28 @@ def table() -> tuple[Component, ...]:
             gpus.NAMESPACE_KEY,
             namespace(gpus.NAMESPACE, {gpus.ADMIN_ACCESS_LABEL: "true", **BASELINE}),
             after=("nvidia-dra-driver",),
+        ),
+        # GPU node health (function/serving/gpu_health.py): the reporter, what it may do, and the
+        # one ConfigMap it writes, read back.
+        manifest(
+            gpu_health.NAMESPACE_KEY,
+            namespace(gpu_health.NAMESPACE, {"pod-security.kubernetes.io/enforce": "restricted"}),
+        ),
+        *(
+            manifest(key, body, after=(gpu_health.NAMESPACE_KEY,))
+            for key, body in gpu_health.ACCESS.items()
+        ),
+        manifest(
+            gpu_health.REPORTER_KEY,
+            gpu_health.deployment(),
+            after=tuple(gpu_health.ACCESS),
+            ready_when=DEPLOYMENT_AVAILABLE,
+        ),
+        manifest(
+            gpu_health.REPORT_KEY,
+            gpu_health.report(),
+            after=(gpu_health.NAMESPACE_KEY,),
+            policies=OBSERVE,
         ),
         # On a cluster someone else runs, whether any node took the kubelet plugin (its GPU nodes
         # are labelled and tainted by its operator, not by us).

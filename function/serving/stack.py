@@ -33,6 +33,7 @@ from function.serving import (
     dra_driver_age,
     gateway,
     gateway_api,
+    gpu_health,
     gpus,
     looking,
 )
@@ -40,7 +41,6 @@ from function.serving.components import (
     CHART_OF_CRD,
     COMPONENTS,
     EXISTING,
-    GPU_NODE_LABEL,
     NO_DELETE,
     RESOURCE_KEYS,
     Component,
@@ -48,6 +48,7 @@ from function.serving.components import (
     chart_mark,
 )
 from function.versions import CHARTS
+from function.workload import GPU_NODE_LABEL
 
 GATEWAY_KIND = Requirement(names.API_VERSION, "InferenceGateway")
 # Whether the InferenceGateway kind is installed at all (a required schema comes back empty when
@@ -74,6 +75,12 @@ class StackFacts:
     gpus: Condition = field(
         default_factory=lambda: Condition(
             "GPUsPublished", False, "WaitingForCluster", "waiting for the cluster"
+        )
+    )
+    # Whether every GPU node is healthy, from the reporter's ConfigMap (serving/gpu_health.py).
+    health: Condition = field(
+        default_factory=lambda: Condition(
+            "GPUsHealthy", False, "WaitingForCluster", "waiting for the cluster"
         )
     )
     # (of, by) resource keys: within the stack, of outlives by.
@@ -111,14 +118,23 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     facts.resources |= probes.resources
     facts.outlives, facts.gpus = probes.outlives, probes.condition
 
+    report = observed.get(gpu_health.REPORT_KEY)
+    health = gpu_health.read(report)
+    facts.health = gpu_health.condition(
+        health, gpu_health.REPORT_KEY in facts.resources, expected_gpu_pools(inputs)
+    )
+    facts.results += gpu_health.warnings(health)
+
     facts.address, facts.ca_certificate = observed_gateway(inputs)
     published = (inputs.observed.status.get("gateway") or {}).get("caCertificate")
     facts.results += gateway.ca_changed(published, facts.ca_certificate)
     enforcing = observed.get(RESOURCE_KEYS["gateway-client-auth"])
     facts.clients_enforced = enforcing is not None and enforcing.ready
     facts.results += unplaced_gpu_plugin(inputs)
-    # A probe that is not ready says so in GPUsPublished, not as a component installing.
-    unready = [k for k, d in facts.resources.items() if not d.ready and k not in probes.daemon_sets]
+    # A probe that is not ready says so in GPUsPublished, the health reporter and its report in
+    # GPUsHealthy: none is a component installing (a drained reporter holds no backend back).
+    said = probes.daemon_sets | {gpu_health.REPORTER_KEY, gpu_health.REPORT_KEY}
+    unready = [k for k, d in facts.resources.items() if not d.ready and k not in said]
     waiting, failing = unready_reasons(unready, observed.get)
     waiting |= pending
     if not reachable and not facts.resources:
@@ -278,6 +294,17 @@ def unplaced_gpu_plugin(inputs: Inputs) -> list[Result]:
 def requirements(schemas: Mapping[str, bool]) -> dict[str, Requirement]:
     """The fleet's InferenceGateways, once their kind is known to be installed."""
     return {GATEWAYS: GATEWAY_KIND} if schemas.get(GATEWAY_SCHEMA) else {}
+
+
+def expected_gpu_pools(inputs: Inputs) -> tuple[str, ...]:
+    """The pools whose class declares NVIDIA GPUs and that always have nodes."""
+    out = []
+    for pool in inputs.xr.spec.node_pools:
+        cls = inputs.classes.resolved.get(pool.class_name)
+        least = (pool.min_node_count or 0) if gpus.autoscaled(pool) else pool.node_count
+        if cls is not None and gpus.gpu_requests(cls) and least > 0:
+            out.append(pool.name)
+    return tuple(out)
 
 
 def client_cas(inputs: Inputs) -> tuple[gateway.ClientCA, ...] | None:

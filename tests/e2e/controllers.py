@@ -21,16 +21,23 @@ DaemonSet's pod Ready on the node), so an install that fails shows:
   namespace) and its Synced condition;
 - Envoy Gateway (Available): a Gateway's address and Accepted/Programmed conditions, and the
   Accepted ancestor status of a ClientTrafficPolicy;
-- NVIDIA's network operator (Available): a NicClusterPolicy's `state: ready`.
+- NVIDIA's network operator (Available): a NicClusterPolicy's `state: ready`;
+- the GPU health reporter (its Deployment Available): the Deployment's own command and
+  environment, run here as a process with the real kubectl and jq, as the reporter's service
+  account (a token from the API server's TokenRequest, so its RBAC is what allows it), a second
+  apart instead of a minute.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
+import os
 from collections.abc import Callable
 
+from function.serving import gpu_health
 from tests import nodes
+from tests.e2e.controlplane import Process, bin_dir, kubeconfig_text
 from tests.e2e.kube import ApiError, Kube, Ticker, condition
 from tests.e2e.workload import WorkloadCluster
 from tests.sim import workload as sim_workload
@@ -106,6 +113,7 @@ class StandIns:
         self.errors: list[str] = []
         self.done: set[str] = set()  # what was written, as "<step>/<name>", for the report
         self.gpu_nodes: dict[str, int] = {}  # node name -> its GPUs
+        self.reporter: Process | None = None  # the GPU health reporter's script, once started
         self._ticker = Ticker("stand-ins", self.tick, interval, self._close)
 
     # --- the loop ---------------------------------------------------------------------------------
@@ -131,6 +139,7 @@ class StandIns:
             self.trust_manager,
             self.envoy_gateway,
             self.network_operator,
+            self.gpu_health,
         ):
             try:
                 step()
@@ -427,3 +436,29 @@ class StandIns:
             if (policy.get("status") or {}).get("state") != "ready":
                 self.status(policy, {"state": "ready"})
                 self.done.add(f"network-operator/{policy['metadata']['name']}")
+
+    def gpu_health(self) -> None:
+        if self.reporter is not None:
+            return
+        namespace = gpu_health.NAMESPACE
+        deployment = self.kube.get_or_none("apps/v1", "Deployment", gpu_health.NAME, namespace)
+        if deployment is None or condition(deployment, "Available").get("status") != "True":
+            return
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        asked = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{gpu_health.NAME}/token"
+        token = self.kube.request("POST", path, asked)["status"]["token"]
+        home = self.cluster.workdir / "gpu-health-reporter"
+        home.mkdir(exist_ok=True)
+        kubeconfig = home / "kubeconfig"
+        kubeconfig.write_text(kubeconfig_text(self.cluster.server, self.cluster.pki, token))
+        kubeconfig.chmod(0o600)
+        env = {e["name"]: e["value"] for e in container.get("env") or []}
+        env |= {
+            "HOME": str(home),
+            "PERIOD": "1",
+            "KUBECONFIG": str(kubeconfig),
+            "PATH": f"{bin_dir()}:{os.environ.get('PATH', '')}",
+        }
+        self.reporter = self.cluster.spawn("gpu-health-reporter", container["command"], env)
+        self.done.add("gpu-health/reporter")

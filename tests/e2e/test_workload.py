@@ -26,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
+import datetime
 import functools
 import subprocess
 import time
@@ -37,7 +38,7 @@ import yaml
 
 from function import failures, names
 from function import kube as composed_kube
-from function.serving import adoption
+from function.serving import adoption, gpu_health
 from function.serving.components import (
     AI_GATEWAY_VALUES,
     AI_GATEWAY_WEBHOOK_SECRET,
@@ -45,11 +46,11 @@ from function.serving.components import (
     COMPONENTS,
     DRA_DRIVER_NAME,
     DRA_KUBELET_PLUGIN,
-    GPU_NODE_LABEL,
     PRIVILEGED,
 )
 from function.serving.components import namespace as namespace_manifest
 from function.versions import CHARTS
+from function.workload import GPU_NODE_LABEL
 from tests.charts import KUBE_VERSION, charts_dir, helm_bin, releases
 from tests.conftest import EXAMPLES
 from tests.e2e import providers as real_providers
@@ -70,6 +71,7 @@ from tests.e2e.test_control_plane import (
 )
 from tests.e2e.workload import WorkloadCluster
 from tests.sim import providers
+from tests.sim.workload import timestamp
 from tests.test_clouds import CAPACITY_BLOCKS
 
 HELM = "helm.m.crossplane.io"
@@ -707,6 +709,94 @@ def test_the_xr_is_ready_through_the_real_providers_only(installed: Installed):
     assert not [k for k in played if k.startswith(REAL)], played
     for obj in composed(installed, HELM, "Release") + composed(installed, KUBERNETES, "Object"):
         assert not written_by(obj, "provider-simulator"), obj["metadata"]["name"]
+
+
+# --- GPU node health reaches the XR. ---------------------------------------------------------------
+
+# A fault as each cloud's agent sets it, set here on one GPU node of the example's cluster.
+GPU_FAULTS = {
+    # The EKS node monitoring agent's words (aws/eks-node-monitoring-agent, its DCGM XID test).
+    "eks": (
+        {"type": "AcceleratedHardwareReady", "status": "False", "reason": "NvidiaXID79Error"},
+        {
+            "type": "AcceleratedHardwareReady",
+            "status": "True",
+            "reason": "AcceleratedHardwareIsHealthy",
+        },
+    ),
+    # AKS Node Problem Detector's GPU check, on a cluster someone else runs (any agent may set it).
+    "existing-dynamo": (
+        {"type": "XIDErrors", "status": "True", "reason": "XIDErrorsFound"},
+        {"type": "XIDErrors", "status": "False", "reason": "NoXIDErrors"},
+    ),
+}
+
+
+def set_node_condition(wl: Kube, node: str, cond: dict, since: datetime.datetime) -> None:
+    """As a node agent does: a strategic merge patch of the node's status, conditions by type."""
+    stamped = {
+        **cond,
+        "message": f"{cond['reason']} (set by the e2e test)",
+        "lastHeartbeatTime": timestamp(datetime.datetime.now(datetime.UTC)),
+        "lastTransitionTime": timestamp(since),
+    }
+    wl.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        {"status": {"conditions": [stamped]}},
+        content_type="application/strategic-merge-patch+json",
+    )
+
+
+@pytest.mark.parametrize("example", sorted(GPU_FAULTS))
+def test_a_gpu_node_condition_reaches_the_xr_through_the_real_provider_kubernetes(
+    installs, example
+):
+    """The reporter's own script (run by the stand-in with the real kubectl and jq, as its service
+    account) lists the GPU nodes; the real provider-kubernetes reads its ConfigMap back; Crossplane
+    calls the function, which names the node on the XR, and clears it once the node is healthy."""
+    state = installs[example]
+    if state.failure is not None:
+        raise state.failure
+    wl = state.cluster.kube
+    gpu_nodes = sorted(
+        n["metadata"]["name"]
+        for n in wl.list("v1", "Node")
+        if (n["metadata"].get("labels") or {}).get(GPU_NODE_LABEL) == "true"
+    )
+    assert gpu_nodes, describe(state)
+
+    def healthy() -> dict:
+        return condition(state.get(), "GPUsHealthy")
+
+    def reads(reason: str, *words: str):
+        return lambda: healthy().get("reason") == reason and all(
+            w in healthy().get("message", "") for w in words
+        )
+
+    wait_for(
+        reads("Healthy"), timeout=120, what="GPUsHealthy True", describe=lambda: describe(state)
+    )
+    total = healthy()["message"]
+    fault, fixed = GPU_FAULTS[example]
+    node = gpu_nodes[0]
+    # A fault that began before the function's settling time (gpu_health.SETTLE) is counted at once.
+    began = datetime.datetime.now(datetime.UTC) - gpu_health.SETTLE - datetime.timedelta(minutes=1)
+    set_node_condition(wl, node, fault, began)
+    try:
+        said = f"{node} ({fault['type']}={fault['status']} ({fault['reason']})"
+        wait_for(
+            reads("UnhealthyNodes", said),
+            timeout=180,
+            what=f"GPUsHealthy to name {node}",
+            describe=lambda: f"{healthy()}\n{describe(state)}",
+        )
+        assert f"{len(gpu_nodes) - 1} of {len(gpu_nodes)} healthy" in healthy()["message"]
+        assert ready(state.get()), "a broken GPU node is the cloud's to repair: the XR stays Ready"
+    finally:
+        set_node_condition(wl, node, fixed, datetime.datetime.now(datetime.UTC))
+    wait_for(reads("Healthy"), timeout=180, what="GPUsHealthy True again")
+    assert healthy()["message"] == total
 
 
 # --- A failed first install, retried. --------------------------------------------------------------

@@ -61,7 +61,7 @@ KWOK_STAGES = (
     "kustomize/stage/pod/fast/pod-complete.yaml",
     "kustomize/stage/pod/fast/pod-delete.yaml",
 )
-BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl")
 POD_CIDR = "10.244.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"
 # The chart-installed webhooks no pod serves here (see the module docstring).

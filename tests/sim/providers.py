@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from crossplane.function import resource
 
-from function.serving import adoption, gateway_api
+from function import clock
+from function.serving import adoption, gateway_api, gpu_health
 from function.versions import CHARTS, GATEWAY_API_BUNDLE
 from tests.sim import workload
 
@@ -62,6 +63,8 @@ class World:
     # Objects another team runs on an Existing cluster (manifests with status), as an
     # ObservedObjectCollection finds them by kind and labels.
     running: list[dict] = field(default_factory=list)
+    # The workload cluster's Nodes (manifests), as the GPU health reporter lists them.
+    gpu_nodes: list[dict] = field(default_factory=list)
 
 
 def conditions(ready: bool = True, reason: str = "Available", message: str = "") -> list[dict]:
@@ -378,6 +381,10 @@ def _object(body: dict, world: World) -> dict:
             return {"manifest": ABSENT if found is None else found}
         return {"manifest": own_detected(manifest)}
     remote = workload.remote_object(manifest, observe_only, world.gateway_address)
+    if observe_only and (manifest.get("kind"), name) == ("ConfigMap", gpu_health.NAME):
+        remote["data"] = {gpu_health.DATA_KEY: workload.gpu_report(world.gpu_nodes)}
+        written = workload.timestamp(clock.now())
+        remote["metadata"].setdefault("annotations", {})[gpu_health.OBSERVED_AT] = written
     override = world.remote_status.get(manifest.get("metadata", {}).get("name", ""))
     if override is not None:
         remote["status"] = override

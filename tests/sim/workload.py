@@ -7,9 +7,15 @@ Written from those projects' documented status fields, not from the function's o
 """
 
 import copy
+import datetime
+import json
 from pathlib import Path
 
 import celpy
+
+from function import clock, names
+from function.serving import gpu_health
+from function.workload import GPU_NODE_LABEL
 
 HERE = Path(__file__).parent
 # Public CA certificates made once for the simulation (their keys were never kept).
@@ -85,7 +91,8 @@ def remote_object(manifest: dict, observe_only: bool, gateway_address: str | Non
     meta = remote.setdefault("metadata", {})
     meta["uid"], meta["generation"] = "00000000-0000-0000-0000-000000000001", 1
     if observe_only and manifest.get("kind") == "ConfigMap":
-        # The one ConfigMap the function observes: trust-manager's copy of the cluster CA.
+        # The ConfigMaps the function observes: trust-manager's copy of the cluster CA, and the
+        # GPU health reporter's (which World.gpu_nodes decides).
         remote["data"] = {"ca.crt": CLUSTER_CA}
     status = remote_status(manifest, gateway_address)
     if status is not None:
@@ -113,4 +120,74 @@ def inference_gateway(name: str, namespace: str = "fleet", ca: str = FLEET_GATEW
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"clusterName": "fleet"},
         "status": {"clientCACertificate": ca},
+    }
+
+
+def gpu_report(nodes: list[dict]) -> str:
+    """What the GPU health reporter writes for these Nodes (function/serving/gpu_health.py): its
+    jq program modelled, and held to the real jq by tests/unit/test_gpu_health.py."""
+    report = []
+    gpu_nodes = [n for n in nodes if n["metadata"].get("labels", {}).get(GPU_NODE_LABEL) == "true"]
+    for node in sorted(gpu_nodes, key=lambda n: n["metadata"]["name"]):
+        bad = [
+            {
+                "type": c["type"],
+                "status": c["status"],
+                "reason": c.get("reason") or "",
+                "message": (c.get("message") or "")[: gpu_health.MESSAGE_LIMIT],
+                "since": c.get("lastTransitionTime") or "",
+            }
+            for c in node.get("status", {}).get("conditions") or []
+            if gpu_health.HEALTHY.get(c["type"], c["status"]) != c["status"]
+        ]
+        report.append(
+            {
+                "name": node["metadata"]["name"],
+                "pool": (node["metadata"].get("labels") or {}).get(names.POOL_LABEL) or "",
+                "bad": sorted(bad, key=lambda b: b["type"]),
+            }
+        )
+    if len([n for n in report if n["bad"]]) > gpu_health.MANY:
+        for n in report:
+            for b in n["bad"]:
+                b["message"] = b["message"][: gpu_health.SHORT_MESSAGE]
+    return json.dumps(report, separators=(",", ":"), ensure_ascii=False)
+
+
+def gpu_node(name: str, pool: str, since: str | None = None, **conditions: str) -> dict:
+    """A GPU node of pool as the API server has it, Ready unless conditions say otherwise
+    (type=status, or type=status:reason:message), each condition so since `since` (an hour ago
+    by default)."""
+    since = since or timestamp(clock.now() - datetime.timedelta(hours=1))
+    listed = {"Ready": "True", **conditions}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {GPU_NODE_LABEL: "true", names.POOL_LABEL: pool}},
+        "status": {"conditions": [_condition(t, v, since) for t, v in listed.items()]},
+    }
+
+
+def healthy_gpu_nodes(xr: dict) -> list[dict]:
+    """The nodes of every pool of xr, healthy (its nodeCount, or minNodeCount where set)."""
+    nodes = []
+    for pool in xr["spec"].get("nodePools", []):
+        count = pool.get("minNodeCount", pool.get("nodeCount", 1))
+        nodes += [gpu_node(f"{pool['name'].lower()}-{i}", pool["name"]) for i in range(count)]
+    return nodes
+
+
+def timestamp(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition(type_: str, value: str, since: str) -> dict:
+    status, _, rest = value.partition(":")
+    reason, _, message = rest.partition(":")
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
     }

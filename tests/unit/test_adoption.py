@@ -12,8 +12,8 @@ from function.clusters.base import PROVIDER_CONFIG_KEYS
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.serving import adoption, conflicts, dra_driver_age, gateway_api, gpus, looking
-from function.serving.components import GPU_NODE_LABEL
 from function.versions import CHARTS, GATEWAY_API_BUNDLE
+from function.workload import GPU_NODE_LABEL
 from tests import nodes
 from tests.builders import all_classes, example, world_for
 from tests.charts import _template, chart_path, helm_bin

@@ -2,11 +2,13 @@
 from the function, so the page shows what a user sees (UPDATE_GOLDEN=1 rewrites the blocks)."""
 
 import copy
+import datetime
 import os
 import re
 
 import pytest
 
+from function import clock
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.output import Output
@@ -14,7 +16,7 @@ from function.serving import gpus
 from tests.builders import all_classes, example, world_for
 from tests.conftest import ROOT
 from tests.sim.providers import World, conditions, observe
-from tests.sim.workload import inference_gateway
+from tests.sim.workload import gpu_node, inference_gateway, timestamp
 from tests.unit import sim
 
 DOC = ROOT / "docs" / "status.md"
@@ -40,6 +42,17 @@ def reported(out: Output, world: World, statuses: dict[str, dict]) -> Observed:
 def state(name: str) -> Output:
     xr, classes = example("eks")
     world, req = world_for(xr), required(classes)
+    # As the EKS node monitoring agent words it (aws/eks-node-monitoring-agent, its DCGM XID test).
+    xid = "False:NvidiaXID79Error:detected XID-79 on the instance, review kernel logs for additional information."
+    world.gpu_nodes = [
+        gpu_node("ip-10-0-1-17.ec2.internal", POOL),
+        gpu_node(
+            "ip-10-0-2-43.ec2.internal",
+            POOL,
+            since=timestamp(clock.now() - datetime.timedelta(minutes=7)),  # turned 7 minutes ago
+            **({"AcceleratedHardwareReady": xid} if name == "gpu-unhealthy" else {}),
+        ),
+    ]
     if name == "provisioning":
         first = compose_cluster(xr, req, Observed(), SCHEMAS)
         creating = {"conditions": conditions(ready=False, reason="Creating"), "atProvider": {}}
@@ -88,7 +101,9 @@ def describe(out: Output) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("name", ["provisioning", "provider-fails", "gpus-not-published", "ready"])
+@pytest.mark.parametrize(
+    "name", ["provisioning", "provider-fails", "gpus-not-published", "gpu-unhealthy", "ready"]
+)
 def test_the_status_page_shows_what_kubectl_describe_shows(name):
     text = DOC.read_text()
     blocks = {m[2]: m for m in BLOCK.finditer(text)}
