@@ -753,10 +753,6 @@ def table() -> tuple[Component, ...]:
         ),
         # GPU node health (function/serving/gpu_health.py): the reporter, what it may do, and the
         # one ConfigMap it writes, read back.
-        manifest(
-            gpu_health.NAMESPACE_KEY,
-            namespace(gpu_health.NAMESPACE, {"pod-security.kubernetes.io/enforce": "restricted"}),
-        ),
         *(
             manifest(key, body, after=(gpu_health.NAMESPACE_KEY,))
             for key, body in gpu_health.ACCESS.items()
@@ -764,7 +760,9 @@ def table() -> tuple[Component, ...]:
         manifest(
             gpu_health.REPORTER_KEY,
             gpu_health.deployment(),
-            after=tuple(gpu_health.ACCESS),
+            # Its pod needs its service account; what it may do can come after (it tries again
+            # every minute), and Usages for each would cost more than they order.
+            after=(gpu_health.SERVICE_ACCOUNT_KEY,),
             ready_when=DEPLOYMENT_AVAILABLE,
         ),
         manifest(

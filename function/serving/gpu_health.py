@@ -28,10 +28,11 @@ from function.versions import IMAGES
 from function.workload import GPU_NODE_LABEL
 
 NAME = "modelplane-gpu-health"
-# Its own namespace: the GPU probes' waits for the NVIDIA DRA driver, and health is reported
-# whatever runs the GPUs (a GPU Operator on an Existing cluster, say).
-NAMESPACE = NAME
-NAMESPACE_KEY = "gpu-health-namespace"
+# The function's own namespace on the cluster, there first (not the GPU probes', which waits for
+# the NVIDIA DRA driver): health is reported whatever runs the GPUs (a GPU Operator on an Existing
+# cluster, say).
+NAMESPACE = names.SYSTEM_NAMESPACE
+NAMESPACE_KEY = "gateway-namespace"
 REPORTER_KEY = "gpu-health-reporter"
 REPORT_KEY = "gpu-health-report"
 DATA_KEY = "nodes"
@@ -139,8 +140,9 @@ SUBJECTS = [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]
 
 
 # The reporter's identity and what it may do, by component key (components.table).
+SERVICE_ACCOUNT_KEY = "gpu-health-serviceaccount"
 ACCESS: dict[str, dict] = {
-    "gpu-health-serviceaccount": {
+    SERVICE_ACCOUNT_KEY: {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": _meta(),
