@@ -80,6 +80,7 @@ def test_insecure_round_trip_composes_an_existing_cluster():
         "ClusterReady": fnv1.STATUS_CONDITION_TRUE,
         "BackendReady": fnv1.STATUS_CONDITION_FALSE,
         "GPUsPublished": fnv1.STATUS_CONDITION_FALSE,
+        "GPUsHealthy": fnv1.STATUS_CONDITION_FALSE,
         "ClassesResolved": fnv1.STATUS_CONDITION_TRUE,
     }
     # Nothing installed yet: the XR is not Ready, whatever its composed resources say.

@@ -27,7 +27,7 @@ from function.fn import FunctionRunner
 from function.serving import adoption
 from tests.builders import provider_config, world_for
 from tests.charts import converged, converged_examples
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TEST_NOW
 from tests.sim.providers import observe
 from tests.sim.workload import inference_gateway
 from tests.strategies import clusters
@@ -153,17 +153,21 @@ def test_the_activation_policy_activates_exactly_the_managed_kinds_composed():
     assert sorted(policy - composed) == [], "activated but never composed"
 
 
-HASH_RESPONSES = """
-import hashlib, sys
+# At the tests' clock (conftest.TEST_NOW), as the responses here are made: the same request and
+# the same clock give the same bytes (a GPU health report's age is read against the clock).
+HASH_RESPONSES = f"""
+import datetime, hashlib, sys
 from crossplane.function import logging
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from function import clock
 from function.fn import FunctionRunner
 logging.configure(logging.Level.DISABLED)
 runner = FunctionRunner()
-for line in sys.stdin:
-    req = fnv1.RunFunctionRequest.FromString(bytes.fromhex(line.strip()))
-    rsp = runner.RunFunction(req)
-    print(hashlib.sha256(rsp.SerializeToString(deterministic=True)).hexdigest())
+with clock.fixed(datetime.datetime.fromisoformat({TEST_NOW.isoformat()!r})):
+    for line in sys.stdin:
+        req = fnv1.RunFunctionRequest.FromString(bytes.fromhex(line.strip()))
+        rsp = runner.RunFunction(req)
+        print(hashlib.sha256(rsp.SerializeToString(deterministic=True)).hexdigest())
 """
 
 

@@ -24,8 +24,8 @@ DaemonSet's pod Ready on the node), so an install that fails shows:
 - NVIDIA's network operator (Available): a NicClusterPolicy's `state: ready`;
 - the GPU health reporter (its Deployment Available): the Deployment's own command and
   environment, run here as a process with the real kubectl and jq, as the reporter's service
-  account (a token from the API server's TokenRequest, so its RBAC is what allows it), a second
-  apart instead of a minute.
+  account (a token from the API server's TokenRequest, so its RBAC is what allows it), five
+  seconds apart instead of a minute.
 """
 
 from __future__ import annotations
@@ -456,7 +456,7 @@ class StandIns:
         env = {e["name"]: e["value"] for e in container.get("env") or []}
         env |= {
             "HOME": str(home),
-            "PERIOD": "1",
+            "PERIOD": "5",
             "KUBECONFIG": str(kubeconfig),
             "PATH": f"{bin_dir()}:{os.environ.get('PATH', '')}",
         }
