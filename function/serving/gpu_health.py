@@ -18,6 +18,7 @@ ConfigMap, nothing else.
 
 import json
 import urllib.parse
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -127,8 +128,8 @@ done
 """
 
 
-def _meta(name: str = NAME, namespace: str | None = NAMESPACE) -> dict:
-    meta = {"name": name, "labels": {"app.kubernetes.io/name": NAME}}
+def _meta(namespace: str | None = NAMESPACE) -> dict:
+    meta = {"name": NAME, "labels": {"app.kubernetes.io/name": NAME}}
     if namespace:
         meta["namespace"] = namespace
     return meta
@@ -296,7 +297,7 @@ def _read(seen: ObservedResource) -> Health | None:
         bad = [b for b in entry.get("bad") or [] if isinstance(b, dict)]
         if bad:
             times = [clock.parse(b.get("since")) for b in bad]
-            since = None if None in times else min(t for t in times if t is not None)
+            since = None if None in times else min(times)
             faults.append(Fault(entry["name"], pool, "; ".join(map(_said, bad)), since))
     written = clock.parse(seen.at_provider("manifest", "metadata", "annotations", OBSERVED_AT))
     return Health(dict(sorted(nodes.items())), tuple(faults), written)
@@ -348,11 +349,9 @@ def condition(health: Health | None, composed: bool, expected: tuple[str, ...] =
             "GPUsHealthy", True, "NoGPUNodesFound", f"no node is labelled {GPU_NODE_LABEL}=true"
         )
     faulty = [f for f in health.faults if _counts(f)]
-    broken: dict[str, int] = {}
-    for f in faulty:
-        broken[f.pool] = broken.get(f.pool, 0) + 1
+    broken = Counter(f.pool for f in faulty)
     counts = "; ".join(
-        f"{_pool(p)}: {n - broken.get(p, 0)} of {n} healthy" for p, n in health.nodes.items()
+        f"{_pool(p)}: {n - broken[p]} of {n} healthy" for p, n in health.nodes.items()
     )
     if not faulty:
         return Condition("GPUsHealthy", True, "Healthy", f"every GPU node is healthy ({counts})")
