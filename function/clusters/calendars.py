@@ -26,6 +26,10 @@ class Calendar:
     # Each minor the cloud has offered, and the first day it no longer supports it (None: no end
     # announced).
     ends: dict[Minor, datetime | None]
+    # Where the ends come from when the cloud publishes none: upstream Kubernetes's end of life,
+    # which the cloud does not promise to follow. Past one: a Warning that no patches come, never
+    # a claim that the cloud refuses the version.
+    ends_source: str | None = None
 
 
 def day(year: int, month: int, dom: int = 1) -> datetime:
@@ -58,13 +62,22 @@ def check(cloud: Cloud, calendar: Calendar, version: str) -> None:
             return
         supported = sorted(m for m, e in calendar.ends.items() if e is None or not clock.reached(e))
         choose = f"choose {text(supported[0])} or newer" if supported else "choose a newer minor"
+        since = end.date().isoformat()
+        reason = "KubernetesVersionUnsupported"
+        if calendar.ends_source:
+            problem = (
+                f"is past its end of life since {since} ({calendar.ends_source}; "
+                f"{calendar.cloud} publishes no end dates): it gets no more patches, and "
+                f"{calendar.cloud} may stop offering it; {choose}"
+            )
+            cloud.warn(f"{where} {problem}", reason=reason)
+            return  # the cloud may still take it: nothing to say while the cluster waits
         problem = (
-            f"is past {calendar.cloud}'s support since {end.date().isoformat()} "
+            f"is past {calendar.cloud}'s support since {since} "
             f"({calendar.source}): {calendar.cloud} "
             + ("supports the running cluster no longer" if created else "creates no cluster on it")
             + f"; {choose}"
         )
-        reason = "KubernetesVersionUnsupported"
     cloud.warn(f"{where} {problem}", reason=reason)
     if not cloud.is_ready("cluster"):
         cloud.why["cluster"] = f"Kubernetes {version} {problem}"
@@ -104,12 +117,21 @@ NEBIUS = Calendar(
 
 # VKE's versions API (GET /v2/kubernetes/versions) lists exact builds, v<major>.<minor>.<patch>+
 # <build>, and only the newest build of each offered minor; the changelog
-# (docs.vultr.com/products/compute/kubernetes/changelog) names the minors. No end dates published.
+# (docs.vultr.com/products/compute/kubernetes/changelog) names the minors. VKE publishes no end
+# dates, so the ends are upstream's: each minor's End Of Life Date on kubernetes.io/releases/<minor>
+# (read 2026-12-05).
 VULTR = Calendar(
     cloud="VKE",
     field="spec.cluster.vultr.kubernetesVersion",
     source="VKE changelog",
-    ends={(1, 32): None, (1, 33): None, (1, 34): None, (1, 35): None, (1, 36): None},
+    ends={
+        (1, 32): day(2026, 2, 28),
+        (1, 33): day(2026, 6, 28),
+        (1, 34): day(2026, 10, 27),
+        (1, 35): day(2027, 2, 28),
+        (1, 36): day(2027, 6, 28),
+    },
+    ends_source="upstream Kubernetes, kubernetes.io/releases",
 )
 
 # Nebius GPU drivers presets by Kubernetes minor: the node group's gpu_settings.drivers_preset

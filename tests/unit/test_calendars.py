@@ -89,6 +89,28 @@ def test_a_running_cluster_past_support_is_told_so_not_that_it_cannot_be_created
     assert "supports the running cluster no longer" in message
 
 
+def test_a_vke_minor_past_upstream_end_of_life_is_warned_without_saying_vke_refuses_it():
+    """VKE publishes no end dates: upstream's end of life is the floor (no more patches), and
+    nothing claims VKE refuses the version or holds ClusterReady's words."""
+    _, _, out = render("vultr", "v1.34.8+1")
+    (message,) = warnings(out, "KubernetesVersionUnsupported")
+    assert message.startswith("spec.cluster.vultr.kubernetesVersion v1.34.8+1 is past its end")
+    assert "since 2026-10-27 (upstream Kubernetes, kubernetes.io/releases" in message
+    assert "VKE may stop offering it; choose 1.35 or newer" in message
+    assert "creates no cluster" not in message
+    assert "v1.34.8+1" not in cluster_ready(out)
+    assert out.resources["cluster"].body["spec"]["forProvider"]["version"] == "v1.34.8+1"
+
+
+def test_the_vke_default_is_warned_from_upstreams_end_of_life_day():
+    with clock.fixed(datetime(2027, 6, 27, 23, 59, tzinfo=UTC)):
+        assert not warnings(render("vultr", None)[2], "KubernetesVersionUnsupported")
+    with clock.fixed(datetime(2027, 6, 28, tzinfo=UTC)):
+        (message,) = warnings(render("vultr", None)[2], "KubernetesVersionUnsupported")
+        assert "v1.36.1+3 is past its end of life since 2027-06-28" in message
+        assert "choose a newer minor" in message  # the calendar knows none newer yet
+
+
 def test_a_nebius_drivers_preset_without_a_node_image_for_the_minor_is_warned():
     xr, classes = example("nebius")
     for cls in classes:
@@ -109,7 +131,8 @@ def test_a_nebius_drivers_preset_without_a_node_image_for_the_minor_is_warned():
 
 
 def test_the_calendars_are_in_order():
-    ends = [calendars.AKS.ends[m] for m in sorted(calendars.AKS.ends)]
-    assert ends == sorted(ends)
+    for calendar in (calendars.AKS, calendars.VULTR):
+        ends = [calendar.ends[m] for m in sorted(calendar.ends)]
+        assert ends == sorted(ends), calendar.cloud
     for preset, minors in calendars.NEBIUS_DRIVERS_PRESETS.items():
         assert minors, preset
