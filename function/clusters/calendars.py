@@ -105,33 +105,40 @@ AKS = Calendar(
     },
 )
 
-# Nebius mk8s takes <major>.<minor> (nebius/api mk8s/v1 cluster.proto) and publishes no end dates;
-# these are the minors its documentation and the node images show offered (docs.nebius.com
-# kubernetes/versions, images mk8s-worker-node-v-1-3x-*).
+# Upstream Kubernetes's end of life of each minor: its End Of Life Date on
+# kubernetes.io/releases/<minor> (read 2026-12-05), from when no patch comes. The floor of the
+# clouds that publish no end dates of their own.
+UPSTREAM_ENDS = {
+    (1, 32): day(2026, 2, 28),
+    (1, 33): day(2026, 6, 28),
+    (1, 34): day(2026, 10, 27),
+    (1, 35): day(2027, 2, 28),
+    (1, 36): day(2027, 6, 28),
+}
+UPSTREAM = "upstream Kubernetes, kubernetes.io/releases"
+
+# Nebius mk8s takes <major>.<minor> (nebius/api mk8s/v1 cluster.proto) and publishes no end dates
+# (at the end of its support it upgrades the control plane itself, cluster.proto); these are the
+# minors its documentation and the node images show offered (docs.nebius.com kubernetes/versions,
+# images mk8s-worker-node-v-1-3x-*), with upstream's ends.
 NEBIUS = Calendar(
     cloud="Nebius",
     field="spec.cluster.nebius.kubernetesVersion",
     source="docs.nebius.com/kubernetes/versions",
-    ends={(1, 33): None, (1, 34): None, (1, 35): None},
+    ends={m: UPSTREAM_ENDS[m] for m in ((1, 33), (1, 34), (1, 35))},
+    ends_source=UPSTREAM,
 )
 
 # VKE's versions API (GET /v2/kubernetes/versions) lists exact builds, v<major>.<minor>.<patch>+
 # <build>, and only the newest build of each offered minor; the changelog
 # (docs.vultr.com/products/compute/kubernetes/changelog) names the minors. VKE publishes no end
-# dates, so the ends are upstream's: each minor's End Of Life Date on kubernetes.io/releases/<minor>
-# (read 2026-12-05).
+# dates: upstream's ends.
 VULTR = Calendar(
     cloud="VKE",
     field="spec.cluster.vultr.kubernetesVersion",
     source="VKE changelog",
-    ends={
-        (1, 32): day(2026, 2, 28),
-        (1, 33): day(2026, 6, 28),
-        (1, 34): day(2026, 10, 27),
-        (1, 35): day(2027, 2, 28),
-        (1, 36): day(2027, 6, 28),
-    },
-    ends_source="upstream Kubernetes, kubernetes.io/releases",
+    ends=dict(UPSTREAM_ENDS),
+    ends_source=UPSTREAM,
 )
 
 # Nebius GPU drivers presets by Kubernetes minor: the node group's gpu_settings.drivers_preset

@@ -102,6 +102,14 @@ def test_a_vke_minor_past_upstream_end_of_life_is_warned_without_saying_vke_refu
     assert out.resources["cluster"].body["spec"]["forProvider"]["version"] == "v1.34.8+1"
 
 
+def test_the_nebius_default_is_past_upstream_end_of_life_and_is_warned_but_kept():
+    _, _, out = render("nebius", None)
+    (message,) = warnings(out, "KubernetesVersionUnsupported")
+    assert message.startswith("spec.cluster.nebius.kubernetesVersion 1.34 is past its end of life")
+    assert "Nebius may stop offering it; choose 1.35 or newer" in message
+    assert out.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]["version"] == "1.34"
+
+
 def test_the_vke_default_is_warned_from_upstreams_end_of_life_day():
     with clock.fixed(datetime(2027, 6, 27, 23, 59, tzinfo=UTC)):
         assert not warnings(render("vultr", None)[2], "KubernetesVersionUnsupported")
@@ -119,7 +127,7 @@ def test_a_nebius_drivers_preset_without_a_node_image_for_the_minor_is_warned():
     out = compose_cluster(xr, required, Observed())
     found = warnings(out, "DriversPresetUnsupported")
     assert found and all("driversPreset cuda12 has no Nebius node image" in m for m in found)
-    assert "presets for 1.34: cuda13.0" in found[0]
+    assert "presets for 1.35: cuda13.0" in found[0]
     assert not warnings(
         sim.converge(
             xr,

@@ -194,7 +194,7 @@ def test_provider_configs_wait_for_the_kubeconfig():
     spec = out.resources["cluster"].body["spec"]
     assert spec["writeConnectionSecretToRef"] == {"name": kubeconfig_secret("nebius-eu-north")}
     assert spec["forProvider"]["controlPlane"]["endpoints"] == {"publicEndpoint": {}}
-    assert spec["forProvider"]["controlPlane"]["version"] == "1.34"
+    assert spec["forProvider"]["controlPlane"]["version"] == "1.35"
     assert spec["providerConfigRef"] == {"kind": "ClusterProviderConfig", "name": "default"}
 
 
@@ -279,7 +279,7 @@ def test_gpu_node_group_carries_the_shape_labels_taint_and_drivers():
     assert template["taints"] == [
         {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
     ]
-    assert spec["forProvider"]["version"] == "1.34"
+    assert spec["forProvider"]["version"] == "1.35"
     assert spec["forProvider"]["parentIdRef"] == {
         "name": out.resources["cluster"].body["metadata"]["name"]
     }
