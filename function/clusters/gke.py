@@ -47,6 +47,11 @@ FILESTORE_TIER = "zonal"
 # which quota or capacity often refuses, stalling the upgrade (GKE "Surge upgrades": maxSurge 0
 # with maxUnavailable 1 upgrades in place, a node down at a time).
 GPU_UPGRADE = {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
+# GKE cost allocation: the cluster's costs broken down by namespace and label in the Cloud Billing
+# export (what each model's GPUs cost). No charge, and it changes in place (GKE "Get key
+# spending insights for your GKE cluster resources": `clusters update --enable-cost-allocation`;
+# ClusterUpdate desiredCostManagementConfig).
+COST_ALLOCATION = {"enabled": True}
 # The REGULAR channel upgrades the control plane and every node pool on GKE's schedule, at any hour
 # without a maintenance window (GKE "Maintenance windows and exclusions"): each GPU node drained in
 # turn on a working day. Automatic upgrades wait for the weekend nights (UTC) instead: 8 hours on
@@ -378,6 +383,7 @@ class GKECluster:
                     "workloadIdentityConfig": {"workloadPool": f"{project}.svc.id.goog"},
                     "addonsConfig": {"gcpFilestoreCsiDriverConfig": {"enabled": True}},
                     "resourceLabels": self.labels,
+                    "costManagementConfig": {**COST_ALLOCATION},
                 },
                 # The default pool's nodes run as the node account too, while they last. A node
                 # account is immutable (a change would make upjet refuse to update), so it is

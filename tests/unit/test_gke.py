@@ -55,6 +55,14 @@ def test_the_project_goes_into_workload_identity():
     assert spec["workloadIdentityConfig"] == {"workloadPool": "team-ml-inference.svc.id.goog"}
 
 
+def test_costs_are_allocated_by_namespace_and_label():
+    """GKE cost allocation (free) breaks the billing export down by namespace and label; live
+    clusters get it in place (tests/test_upgrade.py lists it among the in-place changes)."""
+    _, _, out = converge()
+    spec = out.resources["cluster"].body["spec"]["forProvider"]
+    assert spec["costManagementConfig"] == {"enabled": True}
+
+
 def test_automatic_upgrades_wait_for_a_weekend_window_gke_accepts():
     """GKE's rules for a recurring window (GKE "Maintenance windows and exclusions"): at least
     48 hours of availability in any 32 days, each window at least 4 hours long."""
