@@ -36,13 +36,13 @@ SERVICES = tuple(
 # young generation every 700 allocations is wasted work.
 YOUNG_GENERATION_THRESHOLD = 20_000
 # HTTP/2 flow control (gRPC core's channel args, grpc_types.h): a call waiting for the worker
-# holds at most LOOKAHEAD_BYTES of its request in this process; the rest stays with the caller
-# until the worker reads it. With BDP probing (on by default) gRPC widens every window to what
-# the link carries, so each of Crossplane's concurrent calls (up to 1.7 MiB for the largest
-# cluster) would be received whole while it waits. A/B with eight concurrent Go callers
-# (`make bench`, the cases' table): peak RSS 74.7 MiB instead of 81.3, one caller's latency the
-# same, eight callers' throughput of the largest request a fifth lower (264 reconciles a second
-# instead of 328, some 25 times what a fleet of 256 clusters asks).
+# holds at most 256 KiB of its request in this process (the stream's window, lookahead_bytes);
+# the rest stays with the caller until the worker reads it. With BDP probing (on by default)
+# gRPC widens every window to what the link carries, so each of Crossplane's concurrent calls
+# (up to 1.7 MiB for the largest cluster) would be received whole while it waits. A/B with
+# eight concurrent Go callers (`make bench`, the cases' table): peak RSS 74.7 MiB instead of
+# 81.3, one caller's latency the same, eight callers' throughput of the largest request a fifth
+# lower (264 reconciles a second instead of 328, some 25 times what 256 clusters ask).
 FLOW_CONTROL = (("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 256 * 1024))
 # mallopt's parameter number for the most arenas glibc malloc may make (malloc.h).
 M_ARENA_MAX = -8

@@ -63,23 +63,24 @@ def check(cloud: Cloud, calendar: Calendar, version: str) -> None:
         supported = sorted(m for m, e in calendar.ends.items() if e is None or not clock.reached(e))
         choose = f"choose {text(supported[0])} or newer" if supported else "choose a newer minor"
         since = end.date().isoformat()
-        reason = "KubernetesVersionUnsupported"
         if calendar.ends_source:
             problem = (
                 f"is past its end of life since {since} ({calendar.ends_source}; "
                 f"{calendar.cloud} publishes no end dates): it gets no more patches, and "
                 f"{calendar.cloud} may stop offering it; {choose}"
             )
-            cloud.warn(f"{where} {problem}", reason=reason)
-            return  # the cloud may still take it: nothing to say while the cluster waits
-        problem = (
-            f"is past {calendar.cloud}'s support since {since} "
-            f"({calendar.source}): {calendar.cloud} "
-            + ("supports the running cluster no longer" if created else "creates no cluster on it")
-            + f"; {choose}"
-        )
+        else:
+            running = "supports the running cluster no longer"
+            now = running if created else "creates no cluster on it"
+            problem = (
+                f"is past {calendar.cloud}'s support since {since} ({calendar.source}): "
+                f"{calendar.cloud} {now}; {choose}"
+            )
+        reason = "KubernetesVersionUnsupported"
     cloud.warn(f"{where} {problem}", reason=reason)
-    if not cloud.is_ready("cluster"):
+    # Upstream's end of life says nothing of what the cloud takes: not why the cluster waits.
+    upstream_end = reason == "KubernetesVersionUnsupported" and calendar.ends_source
+    if not upstream_end and not cloud.is_ready("cluster"):
         cloud.why["cluster"] = f"Kubernetes {version} {problem}"
 
 
