@@ -72,16 +72,6 @@ NODE_MONITORING_VALUES = json.dumps(
 )
 
 
-# A GPU node's root volume holds its images (a serving image is 10-20 GB) and what the model
-# server writes locally: gp3's baseline, 125 MiB/s and 3000 IOPS, pulls a 20 GB image in nearly
-# three minutes, at every node start (scale-up, repair, upgrade). gp3 takes up to 1000 MiB/s with
-# at least 0.25 IOPS per MiB/s (EC2 User Guide, "General Purpose SSD volumes"; the LaunchTemplate
-# CRD's throughput: "a maximum of 1,000 MiB/s"): about USD 40 a node a month more in us-east-1
-# (USD 0.040 per MiB/s and 0.005 per IOPS above the baseline, EBS pricing). A live template
-# without it keeps its volume: a new template version rolls every node of the group.
-GPU_ROOT_VOLUME = {"throughput": 1000, "iops": 4000}
-
-
 def policy(statements: list[dict]) -> str:
     """An IAM policy document, serialised the same way every time."""
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
@@ -679,10 +669,6 @@ class EKSCluster:
         key = f"launch-template-{pool.name}"
         name = c.name("lt", pool.name)
         for_provider = self.template(name, shape.instance_type, shape.disk_size_gb)
-        seen = c.observed(key)
-        volume = seen.get("spec", "forProvider", "blockDeviceMappings", 0, "ebs") if seen else None
-        if seen is None or (isinstance(volume, dict) and "throughput" in volume):
-            for_provider["blockDeviceMappings"][0]["ebs"] |= GPU_ROOT_VOLUME
         capacity_block = pool.spec.capacity_block
         if capacity_block:
             for_provider["instanceMarketOptions"] = {"marketType": "capacity-block"}

@@ -791,31 +791,6 @@ def test_gpu_launch_templates_give_pods_no_instance_metadata_and_clusters_standa
     assert cluster["upgradePolicy"] == {"supportType": "STANDARD"}
 
 
-def test_gpu_root_volumes_are_fast_and_a_live_template_without_it_is_not_rolled():
-    """New GPU launch templates provision gp3 throughput for image pulls (eks.GPU_ROOT_VOLUME);
-    one composed before keeps its volume, since a new template version rolls every node."""
-    xr, classes = example("eks-on-demand")
-    out = converge(xr, classes)
-    templates = {k: d for k, d in out.resources.items() if d.body["kind"] == "LaunchTemplate"}
-    gpu = [k for k in templates if k != "launch-template-system"]
-    assert gpu and "launch-template-system" in templates
-    for key in gpu:
-        ebs = templates[key].body["spec"]["forProvider"]["blockDeviceMappings"][0]["ebs"]
-        assert (ebs["volumeType"], ebs["throughput"], ebs["iops"]) == ("gp3", 1000, 4000)
-        assert ebs["throughput"] <= ebs["iops"] / 4  # gp3: 0.25 MiB/s per IOPS at most
-    system = templates["launch-template-system"].body["spec"]["forProvider"]
-    assert "throughput" not in system["blockDeviceMappings"][0]["ebs"]
-    # A template composed before: observed without it, composed again without it.
-    seen = reported(out)
-    for key in gpu:
-        ebs = seen.resources[key].body["spec"]["forProvider"]["blockDeviceMappings"][0]["ebs"]
-        del ebs["throughput"], ebs["iops"]
-    again = compose_cluster(xr, all_classes(classes), seen)
-    for key in gpu:
-        ebs = again.resources[key].body["spec"]["forProvider"]["blockDeviceMappings"][0]["ebs"]
-        assert "throughput" not in ebs and "iops" not in ebs
-
-
 # --- scale from zero, load balancers ----------------------------------------------------------
 
 
