@@ -102,19 +102,6 @@ NODE_OS_WINDOW = {
     "utcOffset": "+00:00",
     "duration": 8,
 }
-# Add-ons an organisation turns on after creation, with Azure Policy (DeployIfNotExists for
-# Container Insights or the Azure Policy add-on) or Defender for Containers' auto-provisioning,
-# by the fields of forProvider each takes (None: a bool). The function turns none of them on or
-# off; azurerm reads each back, so with none in the config its plan removes them, and any update
-# of the cluster strips Defender (v4.80.0 kubernetes_cluster_resource.go, update: "Defender = nil"
-# when microsoft_defender is not set; hashicorp/terraform-provider-azurerm#17663): the cluster
-# would be updated on every sync to turn them off, and the policy would turn them on again. So
-# the cluster keeps what it runs (status.atProvider, without what only the status carries).
-PLATFORM_ADDONS: dict[str, tuple[str, ...] | None] = {
-    "azurePolicyEnabled": None,
-    "microsoftDefender": ("logAnalyticsWorkspaceId",),
-    "omsAgent": ("logAnalyticsWorkspaceId", "msiAuthForMonitoringEnabled"),
-}
 # What an InfiniBand pool's replicas ask for beside their GPUs: the RDMA shared device plugin's
 # extended resource, a Synthetic device (no DRA claim: a pod requests rdma/shared_ib and IPC_LOCK),
 # published as the Nebius classes publish theirs. Shared (rdmaHcaMax below), so one per pod.
@@ -243,7 +230,6 @@ class AKSCluster:
                     "loadBalancerSku": "standard",
                 },
                 "tags": self.tags,
-                **self.platform_addons(),
             },
             # No nodeCount, not even at creation: azurerm starts an autoscaling pool at minCount,
             # and upjet (as provider-upjet-azure v2.7.0 pins it, before upjet#728) compares an
@@ -254,18 +240,6 @@ class AKSCluster:
             policies=NO_LATE_INIT,
             connection_secret=names.kubeconfig_secret(c.xr),
         )
-
-    def platform_addons(self) -> dict:
-        """The add-ons of PLATFORM_ADDONS the cluster runs, as the provider reports them."""
-        seen = self.cloud.observed("cluster")
-        out: dict = {}
-        for field, keys in PLATFORM_ADDONS.items():
-            value = seen.at_provider(field) if seen else None
-            if keys is None and value is True:
-                out[field] = True
-            elif keys is not None and isinstance(value, dict) and value.get(keys[0]):
-                out[field] = {k: value[k] for k in keys if k in value}
-        return out
 
     def running(self) -> str | None:
         seen = self.cloud.observed("cluster")

@@ -21,7 +21,6 @@ from tests.builders import all_classes, example
 from tests.sim.providers import conditions
 from tests.sim.workload import inference_gateway
 from tests.unit import sim
-from tests.validation import validate_everything
 
 
 def converge(xr: dict, classes: list[dict]) -> Output:
@@ -385,46 +384,6 @@ def test_a_cluster_aks_upgraded_past_the_spec_keeps_asking_for_what_it_runs():
         assert again.resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == upgraded
     said = [r.message for r in again.results if r.reason == "VersionDowngrade"]
     assert said and f"so it stays at {upgraded}" in said[0]
-
-
-def test_add_ons_an_organisation_turns_on_are_kept_as_the_cluster_runs_them(
-    crossplane, validate_cache, tmp_path
-):
-    """Azure Policy or Defender for Containers turns add-ons on after creation; azurerm would
-    turn them off again on every sync if the config left them out (aks.PLATFORM_ADDONS)."""
-    xr, classes = example("aks")
-    out = converge(xr, classes)
-    fresh = out.resources["cluster"].body["spec"]["forProvider"]
-    assert not set(aks.PLATFORM_ADDONS) & set(fresh)  # composed by no one at creation
-    workspace = (
-        "/subscriptions/0000/resourceGroups/DefaultResourceGroup-WEU/providers/"
-        "Microsoft.OperationalInsights/workspaces/DefaultWorkspace-0000-WEU"
-    )
-    seen = sim.reported(out)
-    at = seen.resources["cluster"].body["status"]["atProvider"]
-    at["azurePolicyEnabled"] = True
-    at["microsoftDefender"] = {"logAnalyticsWorkspaceId": workspace}
-    at["omsAgent"] = {
-        "logAnalyticsWorkspaceId": workspace,
-        "msiAuthForMonitoringEnabled": True,
-        "omsAgentIdentity": [{"clientId": "c", "objectId": "o", "userAssignedIdentityId": "u"}],
-    }
-    kept = compose_cluster(xr, all_classes(classes), seen).resources["cluster"]
-    spec = kept.body["spec"]["forProvider"]
-    assert spec["azurePolicyEnabled"] is True
-    assert spec["microsoftDefender"] == {"logAnalyticsWorkspaceId": workspace}
-    # Only what forProvider takes: the agent's identity is the provider's to report.
-    assert spec["omsAgent"] == {
-        "logAnalyticsWorkspaceId": workspace,
-        "msiAuthForMonitoringEnabled": True,
-    }
-    validate_everything(crossplane, validate_cache, [kept.body], tmp_path)  # the real CRD
-    # Turned off by its owner: no longer asked for.
-    at["azurePolicyEnabled"] = False
-    at["microsoftDefender"] = None
-    at.pop("omsAgent")
-    again = compose_cluster(xr, all_classes(classes), seen).resources["cluster"]
-    assert not set(aks.PLATFORM_ADDONS) & set(again.body["spec"]["forProvider"])
 
 
 @pytest.mark.parametrize(
