@@ -12,7 +12,7 @@ replayed only while each comparison still holds.
 """
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from function import clock
 from function.clusters.base import Cloud, Minor, minor, text
@@ -30,6 +30,8 @@ class Calendar:
     # which the cloud does not promise to follow. Past one: a Warning that no patches come, never
     # a claim that the cloud refuses the version.
     ends_source: str | None = None
+    # What the cloud does past such an end, as far as it says.
+    after_end: str = ""
 
 
 def day(year: int, month: int, dom: int = 1) -> datetime:
@@ -64,10 +66,11 @@ def check(cloud: Cloud, calendar: Calendar, version: str) -> None:
         choose = f"choose {text(supported[0])} or newer" if supported else "choose a newer minor"
         since = end.date().isoformat()
         if calendar.ends_source:
+            last = (end - timedelta(days=1)).date().isoformat()
             problem = (
-                f"is past its end of life since {since} ({calendar.ends_source}; "
+                f"is past its end of life on {last} ({calendar.ends_source}; "
                 f"{calendar.cloud} publishes no end dates): it gets no more patches, and "
-                f"{calendar.cloud} may stop offering it; {choose}"
+                f"{calendar.after_end}; {choose}"
             )
         else:
             running = "supports the running cluster no longer"
@@ -107,15 +110,18 @@ AKS = Calendar(
 )
 
 # Upstream Kubernetes's end of life of each minor: its End Of Life Date on
-# kubernetes.io/releases/<minor> (read 2026-12-05), from when no patch comes. The floor of the
-# clouds that publish no end dates of their own.
-UPSTREAM_ENDS = {
+# kubernetes.io/releases/<minor> (read 2026-12-05), the last day of patches; the day after is the
+# end. The floor of the clouds that publish no end dates of their own. Upstream's dates have
+# slipped later before (1.30's planned 2025-06-28, patched until 2025-07-15): check the page when
+# adding a row.
+UPSTREAM_EOL = {
     (1, 32): day(2026, 2, 28),
     (1, 33): day(2026, 6, 28),
     (1, 34): day(2026, 10, 27),
     (1, 35): day(2027, 2, 28),
     (1, 36): day(2027, 6, 28),
 }
+UPSTREAM_ENDS = {m: last + timedelta(days=1) for m, last in UPSTREAM_EOL.items()}
 UPSTREAM = "upstream Kubernetes, kubernetes.io/releases"
 
 # Nebius mk8s takes <major>.<minor> (nebius/api mk8s/v1 cluster.proto) and publishes no end dates
@@ -128,6 +134,7 @@ NEBIUS = Calendar(
     source="docs.nebius.com/kubernetes/versions",
     ends={m: UPSTREAM_ENDS[m] for m in ((1, 33), (1, 34), (1, 35))},
     ends_source=UPSTREAM,
+    after_end="Nebius upgrades a control plane past its support itself (mk8s cluster.proto)",
 )
 
 # VKE's versions API (GET /v2/kubernetes/versions) lists exact builds, v<major>.<minor>.<patch>+
@@ -140,6 +147,7 @@ VULTR = Calendar(
     source="VKE changelog",
     ends=dict(UPSTREAM_ENDS),
     ends_source=UPSTREAM,
+    after_end="VKE, which lists only the minors it offers, may stop offering it",
 )
 
 # Nebius GPU drivers presets by Kubernetes minor: the node group's gpu_settings.drivers_preset

@@ -48,9 +48,10 @@ FILESTORE_TIER = "zonal"
 # with maxUnavailable 1 upgrades in place, a node down at a time).
 GPU_UPGRADE = {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
 # GKE cost allocation: the cluster's costs broken down by namespace and label in the Cloud Billing
-# export (what each model's GPUs cost). No charge, and it changes in place (GKE "Get key
-# spending insights for your GKE cluster resources": `clusters update --enable-cost-allocation`;
-# ClusterUpdate desiredCostManagementConfig).
+# export, by what pods request. No charge, and it changes in place (GKE "Get key spending
+# insights for your GKE cluster resources": `clusters update --enable-cost-allocation`;
+# ClusterUpdate desiredCostManagementConfig). GPUs claimed through DRA are not requests: their
+# nodes' cost likely shows as unallocated (not verified).
 COST_ALLOCATION = {"enabled": True}
 # The REGULAR channel upgrades the control plane and every node pool on GKE's schedule, at any hour
 # without a maintenance window (GKE "Maintenance windows and exclusions"): each GPU node drained in

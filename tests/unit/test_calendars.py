@@ -95,8 +95,8 @@ def test_a_vke_minor_past_upstream_end_of_life_is_warned_without_saying_vke_refu
     _, _, out = render("vultr", "v1.34.8+1")
     (message,) = warnings(out, "KubernetesVersionUnsupported")
     assert message.startswith("spec.cluster.vultr.kubernetesVersion v1.34.8+1 is past its end")
-    assert "since 2026-10-27 (upstream Kubernetes, kubernetes.io/releases" in message
-    assert "VKE may stop offering it; choose 1.35 or newer" in message
+    assert "on 2026-10-27 (upstream Kubernetes, kubernetes.io/releases" in message
+    assert "may stop offering it; choose 1.35 or newer" in message
     assert "creates no cluster" not in message
     assert "v1.34.8+1" not in cluster_ready(out)
     assert out.resources["cluster"].body["spec"]["forProvider"]["version"] == "v1.34.8+1"
@@ -106,16 +106,18 @@ def test_the_nebius_default_is_past_upstream_end_of_life_and_is_warned_but_kept(
     _, _, out = render("nebius", None)
     (message,) = warnings(out, "KubernetesVersionUnsupported")
     assert message.startswith("spec.cluster.nebius.kubernetesVersion 1.34 is past its end of life")
-    assert "Nebius may stop offering it; choose 1.35 or newer" in message
+    assert "Nebius upgrades a control plane past its support itself" in message
+    assert "choose 1.35 or newer" in message
     assert out.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]["version"] == "1.34"
 
 
-def test_the_vke_default_is_warned_from_upstreams_end_of_life_day():
-    with clock.fixed(datetime(2027, 6, 27, 23, 59, tzinfo=UTC)):
+def test_the_vke_default_is_warned_from_the_day_after_upstreams_end_of_life():
+    # 2027-06-28 is 1.36's last day of patches (kubernetes.io/releases/1.36).
+    with clock.fixed(datetime(2027, 6, 28, 23, 59, tzinfo=UTC)):
         assert not warnings(render("vultr", None)[2], "KubernetesVersionUnsupported")
-    with clock.fixed(datetime(2027, 6, 28, tzinfo=UTC)):
+    with clock.fixed(datetime(2027, 6, 29, tzinfo=UTC)):
         (message,) = warnings(render("vultr", None)[2], "KubernetesVersionUnsupported")
-        assert "v1.36.1+3 is past its end of life since 2027-06-28" in message
+        assert "v1.36.1+3 is past its end of life on 2027-06-28" in message
         assert "choose a newer minor" in message  # the calendar knows none newer yet
 
 
