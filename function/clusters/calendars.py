@@ -64,7 +64,6 @@ def check(cloud: Cloud, calendar: Calendar, version: str) -> None:
             return
         supported = sorted(m for m, e in calendar.ends.items() if e is None or not clock.reached(e))
         choose = f"choose {text(supported[0])} or newer" if supported else "choose a newer minor"
-        since = end.date().isoformat()
         if calendar.ends_source:
             last = (end - timedelta(days=1)).date().isoformat()
             problem = (
@@ -73,11 +72,12 @@ def check(cloud: Cloud, calendar: Calendar, version: str) -> None:
                 f"{calendar.after_end}; {choose}"
             )
         else:
-            running = "supports the running cluster no longer"
-            now = running if created else "creates no cluster on it"
+            now = (
+                "supports the running cluster no longer" if created else "creates no cluster on it"
+            )
             problem = (
-                f"is past {calendar.cloud}'s support since {since} ({calendar.source}): "
-                f"{calendar.cloud} {now}; {choose}"
+                f"is past {calendar.cloud}'s support since {end.date().isoformat()} "
+                f"({calendar.source}): {calendar.cloud} {now}; {choose}"
             )
         reason = "KubernetesVersionUnsupported"
     cloud.warn(f"{where} {problem}", reason=reason)
