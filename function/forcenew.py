@@ -338,9 +338,11 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
         # the update fails ("temporary_name_for_rotation must be specified").
         *_frozen(
             f"{TF_AZURE}: kubernetes_cluster_node_pool_resource.go update cycles the pool for "
-            "vm_size, os_disk_size_gb, zones, vnet_subnet_id (needs temporary_name_for_rotation)",
+            "vm_size, os_disk_size_gb, os_disk_type, zones, vnet_subnet_id "
+            "(cycleNodePoolProperties: needs temporary_name_for_rotation)",
             "vmSize",
             "osDiskSizeGb",
+            "osDiskType",
             "zones",
             "vnetSubnetIdRef",
             move=NODES_GO,

@@ -141,6 +141,20 @@ AKS_SIZES: dict[str, int] = {
     "standard_nc24s_v3": 4,
     "standard_nc24rs_v3": 4,
 }
+# The largest OS disk (GiB) AKS can make ephemeral on a size, where Azure's Resource SKUs API
+# (`az vm list-skus`) is known for it: Azure/karpenter-provider-azure's skugen records
+# (pkg/fake/zz_generated.sku.southcentralus.go at 352646f: EphemeralOSDiskSupported True,
+# SupportedEphemeralOSDiskPlacements ResourceDisk,CacheDisk). As AKS's node autoprovisioner rules
+# (FindMaxEphemeralSizeGBAndPlacement): the NVMe disk where it may hold the OS, else the cache
+# (CachedDiskBytes), else the temp disk (MaxResourceVolumeMB); in GiB, since AKS counts an
+# osDiskSizeGb in GiB (Azure/AKS#2635: VMCacheSizeTooSmall names the bytes). Sizes known only from
+# their documentation page stay on managed disks: a page saying "Ephemeral OS Disk: Supported" is
+# no proof (the SKU record of Standard_ND96isr_MI300X_v5 says False), and AKS refuses the pool.
+AKS_EPHEMERAL_OS_GIB: dict[str, int] = {
+    "standard_nc16as_t4_v3": 144,  # CachedDiskBytes 154618822656 (temp disk 352 GiB)
+    "standard_nc24ads_a100_v4": 256,  # CachedDiskBytes 274877906944 (temp disk 64 GiB)
+    "standard_nc6s_v3": 320,  # CachedDiskBytes 343597383680 (temp disk 736 GiB)
+}
 AKS_INFINIBAND: frozenset[str] = frozenset(
     {
         "standard_nd96asr_v4",

@@ -9,10 +9,11 @@ import uuid
 import pytest
 import yaml
 
+from function import shapes
 from function.clusters import aks
 from function.clusters.base import pool_version
 from function.compose import compose_cluster
-from function.inputs import Observed
+from function.inputs import Observed, ObservedResource
 from function.models import InferenceCluster
 from function.output import Output
 from function.serving import GATEWAY_SCHEMA, GATEWAYS
@@ -506,3 +507,64 @@ def test_a_class_full_of_devices_is_warned_that_the_rdma_device_is_not_published
     assert warned and "16 devices" in warned[0].message
     for pool in out.status["gpuPools"]:
         assert len(pool["devices"]) == 16
+
+
+def a10_pool_as(vm_size: str, disk_gb: int) -> tuple[dict, list[dict]]:
+    xr, classes = example("aks-a10")
+    classes = copy.deepcopy(classes)
+    aks_shape = classes[0]["spec"]["provisioning"]["aks"]
+    aks_shape |= {"vmSize": vm_size, "diskSizeGb": disk_gb}
+    aks_shape["accelerator"]["count"] = shapes.AKS_SIZES[vm_size.lower()]
+    return xr, classes
+
+
+@pytest.mark.parametrize(
+    ("vm_size", "disk_gb", "ephemeral"),
+    [
+        # The largest OS disk on the cache, from the Resource SKUs records (shapes.py).
+        ("Standard_NC24ads_A100_v4", 100, True),
+        ("Standard_NC24ads_A100_v4", 256, True),
+        ("Standard_NC24ads_A100_v4", 257, False),
+        ("Standard_NC16as_T4_v3", 144, True),
+        ("Standard_NC16as_T4_v3", 200, False),  # fits its 352 GiB temp disk, not its cache
+        ("Standard_NC6s_v3", 300, True),
+        # Documented as supporting it, but no SKU record known here: managed.
+        ("Standard_ND96isr_H100_v5", 100, False),
+        ("Standard_NV36ads_A10_v5", 200, False),
+    ],
+)
+def test_gpu_pools_boot_from_an_ephemeral_os_disk_where_the_size_is_known_to_hold_it(
+    vm_size, disk_gb, ephemeral
+):
+    xr, classes = a10_pool_as(vm_size, disk_gb)
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    for_provider = out.resources["nodepool-gpua10"].body["spec"]["forProvider"]
+    assert for_provider["osDiskSizeGb"] == disk_gb
+    # Unset is Managed (azurerm's default), as every pool an earlier release made has it.
+    assert for_provider.get("osDiskType") == ("Ephemeral" if ephemeral else None)
+
+
+def test_a_live_pool_keeps_its_managed_os_disk_and_says_how_to_move():
+    """An agent pool an earlier release made on a managed disk stays so: azurerm changes
+    os_disk_type only by cycling the pool through a temporary one (cycleNodePoolProperties),
+    which would be a second set of GPU nodes."""
+    xr, classes = a10_pool_as("Standard_NC24ads_A100_v4", 100)
+    req = all_classes(classes)
+    out = converge(xr, classes)
+    assert out.resources["nodepool-gpua10"].body["spec"]["forProvider"]["osDiskType"] == (
+        "Ephemeral"
+    )
+    seen = sim.reported(out)
+    live = {}
+    for key, res in seen.resources.items():
+        body = copy.deepcopy(res.body)
+        if key == "nodepool-gpua10":
+            del body["spec"]["forProvider"]["osDiskType"]
+        live[key] = ObservedResource(body)
+    again = compose_cluster(xr, req, Observed(resources=live, status=seen.status))
+    assert "osDiskType" not in again.resources["nodepool-gpua10"].body["spec"]["forProvider"]
+    (warning,) = [r for r in again.results if r.reason == "KeptLiveField"]
+    assert warning.severity == "Warning"
+    assert "forProvider.osDiskType stays unset" in warning.message
+    assert '"Ephemeral"' in warning.message
+    assert "its nodes and the pods on them go" in warning.message
