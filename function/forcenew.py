@@ -42,10 +42,15 @@ class Frozen:
     move: str = RECREATE
     # Only these changes replace (live, new) -> bool; None: every change.
     replaces: Callable[[Any, Any], bool] | None = None
+    # What this release offers rather than what the spec asks for: kept and said as Normal, so a
+    # live resource that only misses it is not a Warning at every reconcile.
+    optional: bool = False
 
 
-def _frozen(source: str, *paths: str, move: str = RECREATE, replaces=None) -> tuple[Frozen, ...]:
-    return tuple(Frozen(tuple(p.split(".")), source, move, replaces) for p in paths)
+def _frozen(
+    source: str, *paths: str, move: str = RECREATE, replaces=None, optional: bool = False
+) -> tuple[Frozen, ...]:
+    return tuple(Frozen(tuple(p.split(".")), source, move, replaces, optional) for p in paths)
 
 
 def _os_family(sku: Any) -> str:
@@ -338,14 +343,23 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
         # the update fails ("temporary_name_for_rotation must be specified").
         *_frozen(
             f"{TF_AZURE}: kubernetes_cluster_node_pool_resource.go update cycles the pool for "
-            "vm_size, os_disk_size_gb, os_disk_type, zones, vnet_subnet_id "
-            "(cycleNodePoolProperties: needs temporary_name_for_rotation)",
+            "vm_size, os_disk_size_gb, zones, vnet_subnet_id (cycleNodePoolProperties: needs "
+            "temporary_name_for_rotation)",
             "vmSize",
             "osDiskSizeGb",
-            "osDiskType",
             "zones",
             "vnetSubnetIdRef",
             move=NODES_GO,
+        ),
+        # Likewise; an ephemeral OS disk is this release's offer (shapes.AKS_EPHEMERAL_OS_GIB), and
+        # a pool made before it runs well on its managed one.
+        *_frozen(
+            f"{TF_AZURE}: kubernetes_cluster_node_pool_resource.go update cycles the pool for "
+            "os_disk_type (cycleNodePoolProperties: needs temporary_name_for_rotation)",
+            "osDiskType",
+            move="optional, for faster boots and reimages: delete it (its nodes and the pods on "
+            "them go) and the function creates it again",
+            optional=True,
         ),
     ),
     # --- On the workload cluster: what the Kubernetes API refuses to update -----------------------
@@ -449,7 +463,8 @@ def keep_live(
     resources: dict[str, Desired], observed: Observed
 ) -> tuple[dict[str, Desired], list[Result]]:
     """resources with every frozen field of an observed resource at its live value, and one
-    Warning for each resource this release would have changed so, naming every such field."""
+    Warning for each resource this release would have changed so, naming every such field (Normal
+    when each is only an offer of this release, Frozen.optional)."""
     kept = dict(resources)
     results: list[Result] = []
     for key, desired in resources.items():
@@ -464,6 +479,7 @@ def keep_live(
         new_spec = body.get("spec", {}).get("forProvider", {})
         changed: dict | None = None
         said: list[str] = []
+        severity = "Normal"
         for field in frozen:
             # Only the frozen leaves of the live body are read (fn.py's resources read the wire).
             found = seen.get("spec", "forProvider", *field.path)
@@ -488,13 +504,17 @@ def keep_live(
                 f"forProvider.{'.'.join(field.path)} stays {_shown(live)} (this release: "
                 f"{_shown(new)}; {field.source})"
             )
-            move = field.move
+            # What a change the spec asked for needs is the way to move, not an offer's.
+            if severity == "Normal":
+                move = field.move
+            if not field.optional:
+                severity, move = "Warning", field.move
         if changed is not None:
             kept[key] = Desired(body=changed, ready=desired.ready)
             name = body.get("metadata", {}).get("name", key)
             results.append(
                 Result(
-                    "Warning",
+                    severity,
                     f"{kind} {name} ({key}) keeps what cannot change in place, as the live "
                     f"resource has it: {'; '.join(said)}. To move to this release's: {move}",
                     reason="KeptLiveField",

@@ -144,16 +144,16 @@ AKS_SIZES: dict[str, int] = {
 # The largest OS disk (GiB) AKS can make ephemeral on a size, where Azure's Resource SKUs API
 # (`az vm list-skus`) is known for it: Azure/karpenter-provider-azure's skugen records
 # (pkg/fake/zz_generated.sku.southcentralus.go at 352646f: EphemeralOSDiskSupported True,
-# SupportedEphemeralOSDiskPlacements ResourceDisk,CacheDisk). As AKS's node autoprovisioner rules
-# (FindMaxEphemeralSizeGBAndPlacement): the NVMe disk where it may hold the OS, else the cache
-# (CachedDiskBytes), else the temp disk (MaxResourceVolumeMB); in GiB, since AKS counts an
-# osDiskSizeGb in GiB (Azure/AKS#2635: VMCacheSizeTooSmall names the bytes). Sizes known only from
-# their documentation page stay on managed disks: a page saying "Ephemeral OS Disk: Supported" is
-# no proof (the SKU record of Standard_ND96isr_MI300X_v5 says False), and AKS refuses the pool.
+# SupportedEphemeralOSDiskPlacements ResourceDisk,CacheDisk), read by the rule AKS's node
+# autoprovisioner (Karpenter) applies to its own VMs (FindMaxEphemeralSizeGBAndPlacement): the
+# NVMe disk where it may hold the OS, else the cache (CachedDiskBytes), else the temp disk
+# (MaxResourceVolumeMB); in GiB, not Karpenter's 10^9 bytes, since AKS counts osDiskSizeGb in GiB
+# (Azure/AKS#2635: VMCacheSizeTooSmall names the bytes). AKS checks the SKU record, not the size's
+# page (Azure/AKS#2672), and refuses a pool whose OS disk does not fit: sizes without a record here
+# stay on managed disks. (Standard_NC6s_v3 has one, but the NCv3 series retired on 2025-09-30.)
 AKS_EPHEMERAL_OS_GIB: dict[str, int] = {
     "standard_nc16as_t4_v3": 144,  # CachedDiskBytes 154618822656 (temp disk 352 GiB)
     "standard_nc24ads_a100_v4": 256,  # CachedDiskBytes 274877906944 (temp disk 64 GiB)
-    "standard_nc6s_v3": 320,  # CachedDiskBytes 343597383680 (temp disk 736 GiB)
 }
 AKS_INFINIBAND: frozenset[str] = frozenset(
     {

@@ -527,7 +527,6 @@ def a10_pool_as(vm_size: str, disk_gb: int) -> tuple[dict, list[dict]]:
         ("Standard_NC24ads_A100_v4", 257, False),
         ("Standard_NC16as_T4_v3", 144, True),
         ("Standard_NC16as_T4_v3", 200, False),  # fits its 352 GiB temp disk, not its cache
-        ("Standard_NC6s_v3", 300, True),
         # Documented as supporting it, but no SKU record known here: managed.
         ("Standard_ND96isr_H100_v5", 100, False),
         ("Standard_NV36ads_A10_v5", 200, False),
@@ -542,29 +541,53 @@ def test_gpu_pools_boot_from_an_ephemeral_os_disk_where_the_size_is_known_to_hol
     assert for_provider["osDiskSizeGb"] == disk_gb
     # Unset is Managed (azurerm's default), as every pool an earlier release made has it.
     assert for_provider.get("osDiskType") == ("Ephemeral" if ephemeral else None)
+    # The system pool (Standard_D4s_v5, no cache or temp disk) stays managed.
+    default_pool = out.resources["cluster"].body["spec"]["forProvider"]["defaultNodePool"]
+    assert "osDiskType" not in default_pool
 
 
-def test_a_live_pool_keeps_its_managed_os_disk_and_says_how_to_move():
-    """An agent pool an earlier release made on a managed disk stays so: azurerm changes
-    os_disk_type only by cycling the pool through a temporary one (cycleNodePoolProperties),
-    which would be a second set of GPU nodes."""
-    xr, classes = a10_pool_as("Standard_NC24ads_A100_v4", 100)
-    req = all_classes(classes)
-    out = converge(xr, classes)
-    assert out.resources["nodepool-gpua10"].body["spec"]["forProvider"]["osDiskType"] == (
-        "Ephemeral"
-    )
-    seen = sim.reported(out)
+def live_pool_before_ephemeral(xr: dict, classes: list[dict], edit=None) -> Observed:
+    """The cluster as converged, its GPU pool made by a release before ephemeral OS disks (and
+    edited by edit(forProvider), when given)."""
+    seen = sim.reported(converge(xr, classes))
     live = {}
     for key, res in seen.resources.items():
         body = copy.deepcopy(res.body)
         if key == "nodepool-gpua10":
             del body["spec"]["forProvider"]["osDiskType"]
+            if edit:
+                edit(body["spec"]["forProvider"])
         live[key] = ObservedResource(body)
-    again = compose_cluster(xr, req, Observed(resources=live, status=seen.status))
+    return Observed(resources=live, status=seen.status)
+
+
+def test_a_live_pool_keeps_its_managed_os_disk_and_says_so_without_a_warning():
+    """An agent pool an earlier release made on a managed disk stays so: azurerm changes
+    os_disk_type only by cycling the pool through a temporary one (cycleNodePoolProperties),
+    which would be a second set of GPU nodes. The pool runs well as it is, so this is said as
+    Normal, not as a Warning at every reconcile."""
+    xr, classes = a10_pool_as("Standard_NC24ads_A100_v4", 100)
+    live = live_pool_before_ephemeral(xr, classes)
+    again = compose_cluster(xr, all_classes(classes), live)
     assert "osDiskType" not in again.resources["nodepool-gpua10"].body["spec"]["forProvider"]
-    (warning,) = [r for r in again.results if r.reason == "KeptLiveField"]
-    assert warning.severity == "Warning"
-    assert "forProvider.osDiskType stays unset" in warning.message
-    assert '"Ephemeral"' in warning.message
-    assert "its nodes and the pods on them go" in warning.message
+    (said,) = [r for r in again.results if r.reason == "KeptLiveField"]
+    assert said.severity == "Normal"
+    assert "forProvider.osDiskType stays unset" in said.message
+    assert '"Ephemeral"' in said.message
+    assert "optional, for faster boots and reimages: delete it" in said.message
+
+
+def test_a_pool_keeping_a_field_the_spec_changed_is_still_a_warning_with_its_way_to_move():
+    xr, classes = a10_pool_as("Standard_NC24ads_A100_v4", 100)
+    live = live_pool_before_ephemeral(xr, classes, lambda fp: fp.update(osDiskSizeGb=200))
+    again = compose_cluster(xr, all_classes(classes), live)
+    pool = again.resources["nodepool-gpua10"].body["spec"]["forProvider"]
+    assert pool["osDiskSizeGb"] == 200 and "osDiskType" not in pool
+    (said,) = [r for r in again.results if r.reason == "KeptLiveField"]
+    assert said.severity == "Warning"
+    assert "forProvider.osDiskSizeGb stays 200" in said.message
+    assert "forProvider.osDiskType stays unset" in said.message
+    assert said.message.endswith(
+        "To move to this release's: delete it (its nodes and the pods on them go) and the "
+        "function creates it again"
+    )
