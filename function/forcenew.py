@@ -479,7 +479,7 @@ def keep_live(
         new_spec = body.get("spec", {}).get("forProvider", {})
         changed: dict | None = None
         said: list[str] = []
-        severity = "Normal"
+        held: list[Frozen] = []
         for field in frozen:
             # Only the frozen leaves of the live body are read (fn.py's resources read the wire).
             found = seen.get("spec", "forProvider", *field.path)
@@ -504,17 +504,16 @@ def keep_live(
                 f"forProvider.{'.'.join(field.path)} stays {_shown(live)} (this release: "
                 f"{_shown(new)}; {field.source})"
             )
-            # What a change the spec asked for needs is the way to move, not an offer's.
-            if severity == "Normal":
-                move = field.move
-            if not field.optional:
-                severity, move = "Warning", field.move
+            held.append(field)
         if changed is not None:
+            # A change the spec asked for is a Warning, and its way to move is the one said.
+            asked = [f for f in held if not f.optional]
+            move = (asked or held)[-1].move
             kept[key] = Desired(body=changed, ready=desired.ready)
             name = body.get("metadata", {}).get("name", key)
             results.append(
                 Result(
-                    severity,
+                    "Warning" if asked else "Normal",
                     f"{kind} {name} ({key}) keeps what cannot change in place, as the live "
                     f"resource has it: {'; '.join(said)}. To move to this release's: {move}",
                     reason="KeptLiveField",

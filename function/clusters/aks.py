@@ -334,8 +334,8 @@ class AKSCluster:
         if pool.spec.zones:
             for_provider["zones"] = pool.spec.zones
         if shape.disk_size_gb <= shapes.AKS_EPHEMERAL_OS_GIB.get(shape.vm_size.lower(), 0):
-            # The OS on the VM's own cache or temp disk: faster boots and reimages, no disk to
-            # pay for (AKS best practices, "Ephemeral OS disk"). Unset is Managed (azurerm).
+            # The OS on the VM's own cache or temp disk: faster boots and reimages (AKS best
+            # practices, "Ephemeral OS disk"). Unset is Managed (azurerm).
             for_provider["osDiskType"] = "Ephemeral"
         init = None
         if size.autoscaling:

@@ -24,6 +24,19 @@ def reported(
     return Observed(resources=resources, status=out.status)
 
 
+def observed_from(out: Output, edit=None) -> Observed:
+    """What the providers report for out, with edit(key, body) applied to each body."""
+    seen = reported(out)
+    if edit is None:
+        return seen
+    resources = {}
+    for key, res in seen.resources.items():
+        body = copy.deepcopy(res.body)
+        edit(key, body)
+        resources[key] = ObservedResource(body)
+    return Observed(resources=resources, status=seen.status)
+
+
 def answered(
     required: dict[str, list[dict]], out: Output, world: World | None = None
 ) -> dict[str, list[dict]]:

@@ -13,7 +13,7 @@ from function import shapes
 from function.clusters import aks
 from function.clusters.base import pool_version
 from function.compose import compose_cluster
-from function.inputs import Observed, ObservedResource
+from function.inputs import Observed
 from function.models import InferenceCluster
 from function.output import Output
 from function.serving import GATEWAY_SCHEMA, GATEWAYS
@@ -549,16 +549,14 @@ def test_gpu_pools_boot_from_an_ephemeral_os_disk_where_the_size_is_known_to_hol
 def live_pool_before_ephemeral(xr: dict, classes: list[dict], edit=None) -> Observed:
     """The cluster as converged, its GPU pool made by a release before ephemeral OS disks (and
     edited by edit(forProvider), when given)."""
-    seen = sim.reported(converge(xr, classes))
-    live = {}
-    for key, res in seen.resources.items():
-        body = copy.deepcopy(res.body)
+
+    def before(key: str, body: dict) -> None:
         if key == "nodepool-gpua10":
             del body["spec"]["forProvider"]["osDiskType"]
             if edit:
                 edit(body["spec"]["forProvider"])
-        live[key] = ObservedResource(body)
-    return Observed(resources=live, status=seen.status)
+
+    return sim.observed_from(converge(xr, classes), before)
 
 
 def test_a_live_pool_keeps_its_managed_os_disk_and_says_so_without_a_warning():

@@ -37,19 +37,6 @@ def required(source: str, classes: list[dict]) -> dict[str, list[dict]]:
     return req
 
 
-def observed_from(out, edit=None) -> Observed:
-    """What the providers report for out, with edit(key, body) applied to each body."""
-    seen = sim.reported(out)
-    if edit is None:
-        return seen
-    resources = {}
-    for key, res in seen.resources.items():
-        body = copy.deepcopy(res.body)
-        edit(key, body)
-        resources[key] = ObservedResource(body)
-    return Observed(resources=resources, status=seen.status)
-
-
 def gpu_pool_key(out) -> str:
     return next(
         k
@@ -72,7 +59,7 @@ def test_a_gke_pool_made_with_gkes_driver_keeps_it_and_says_how_to_move():
             accelerator = body["spec"]["forProvider"]["nodeConfig"]["guestAccelerator"][0]
             accelerator["gpuDriverInstallationConfig"] = {"gpuDriverVersion": "LATEST"}
 
-    again = compose_cluster(xr, req, observed_from(out, before_dra))
+    again = compose_cluster(xr, req, sim.observed_from(out, before_dra))
     (accelerator,) = again.resources[key].body["spec"]["forProvider"]["nodeConfig"][
         "guestAccelerator"
     ]
