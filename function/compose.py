@@ -93,7 +93,7 @@ def compose_cluster(
         results=cluster.results
         + stack.results
         + kept
-        + failures.warnings(observed.resources, resources.keys())
+        + failures.warnings(observed.resources, resources)
         + class_results(xr, inputs.classes),
         requirements=wanted,
         schemas=wanted_schemas,

@@ -11,10 +11,10 @@ base64), so the same observation always gives the same words and never a secret.
 """
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from function.inputs import ObservedResource
-from function.output import Result
+from function.output import Desired, Result
 
 # Characters of a provider's message carried onto the XR (conditions and Warnings).
 LIMIT = 300
@@ -23,6 +23,11 @@ LIMIT = 300
 # managed reconciler, ShouldOnlyObserve).
 DOES_NOT_EXIST = "external resource does not exist"
 REDACTED = "[redacted]"
+# Crossplane's Usage controller says what goes wrong only in events on the Usage and sets no Synced
+# condition (crossplane v2 internal/protection/usage/reconciler.go: status.MarkConditions(
+# xpv1.Available()) is all it writes): nothing failure() reads is ever there, so Usages and
+# ClusterUsages are not read for it (half the resources of a large cluster).
+SILENT = "protection.crossplane.io/"
 
 _SECRETS = (
     re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|$)", re.S),
@@ -85,10 +90,14 @@ def does_not_exist(seen: ObservedResource) -> bool:
     return synced.get("status") == "False" and DOES_NOT_EXIST in str(synced.get("message", ""))
 
 
-def warnings(observed: Mapping[str, ObservedResource], keys: Iterable[str]) -> list[Result]:
+def warnings(
+    observed: Mapping[str, ObservedResource], desired: Mapping[str, Desired]
+) -> list[Result]:
     """One Warning per composed resource whose provider reports a failure, in its words."""
     out = []
-    for key in sorted(keys):
+    for key in sorted(desired):
+        if desired[key].body.get("apiVersion", "").startswith(SILENT):
+            continue
         seen = observed.get(key)
         why = failure(seen)
         if why is None:

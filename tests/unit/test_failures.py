@@ -5,7 +5,7 @@ import pytest
 
 from function import failures
 from function.compose import compose_cluster
-from function.inputs import ObservedResource
+from function.inputs import Observed, ObservedResource
 from tests.builders import all_classes, example, provider_configs
 from tests.unit import sim
 
@@ -181,3 +181,29 @@ def test_a_resource_without_a_failure_says_nothing():
     assert failures.failure(ObservedResource(ok)) is None
     no_message = {"status": {"conditions": [{"type": "Synced", "status": "False", "reason": "X"}]}}
     assert failures.failure(ObservedResource(no_message)) == "X"
+
+
+class ReadsNoted(dict):
+    """Observed resources that note which were read."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def test_usages_are_never_read_since_crossplane_reports_no_failure_on_them():
+    # Crossplane's Usage controller writes Available alone; its trouble goes to events.
+    xr, required, out = converged("eks")
+    reported = sim.reported(out)
+    observed = Observed(ReadsNoted(reported.resources), reported.status)
+    usages = {k for k, d in out.resources.items() if d.body["kind"] in ("Usage", "ClusterUsage")}
+    assert len(usages) > 50
+    again = compose_cluster(xr, required, observed)
+    assert not usages & observed.resources.read
+    assert usages <= again.resources.keys()
+    # What providers report is still read of everything else.
+    assert {"cluster", "vpc"} <= observed.resources.read
