@@ -686,8 +686,9 @@ def fleets(results: dict[str, float]) -> None:
                 write_fleet(path, fleet, call)
                 _, _, answer = run_reconcile(call, fleet[0])
                 resources = len(fnv1.RunFunctionResponse.FromString(answer).desired.resources)
-                steady = fleet_in_process(fleet, call, max(rounds // 4, 1), lambda: None)
-                made = fleet_in_process(fleet, call, max(rounds // 4, 1), FORGETS["made"])
+                with own_core(CALLER_CORE):  # as the cases' in-process runs
+                    steady = fleet_in_process(fleet, call, max(rounds // 4, 1), lambda: None)
+                    made = fleet_in_process(fleet, call, max(rounds // 4, 1), FORGETS["made"])
                 del fleet
                 caches.forget()
                 measured, rss = fleet_over_grpc(path, rounds)
