@@ -38,7 +38,7 @@ import marshal
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -389,13 +389,20 @@ def _still(made: Made, given: tuple, observed: Mapping[str, bytes]) -> bool:
 
 # Composites converted (identity, spec and status), by version: both calls of a reconcile carry
 # the same composite, and so does every reconcile until the XR is written (its resourceVersion
-# changes with every write, its status included). Without a version, converted afresh.
-COMPOSITES = Cache("composites", lambda key, _: 64 * DICT_WEIGHT + key[2])
+# changes with every write, its status included). Without a version, converted afresh. Kept
+# with the same marshalled, which is what a composition is known to be made from (Made.given).
+COMPOSITES = Cache("composites", lambda _, kept: 64 * DICT_WEIGHT + len(kept[1]))
 
 
-def composite(data: bytes, convert: Callable[[], dict]) -> dict:
+def composite(data: bytes, convert: Callable[[], dict]) -> tuple[dict, bytes]:
+    """convert()'s dict of the composite data holds, and the same marshalled."""
+
+    def made() -> tuple[dict, bytes]:
+        body = convert()
+        return body, marshal.dumps(body)
+
     version = wire.version(data)
-    return convert() if version is None else COMPOSITES.get(version, convert)
+    return made() if version is None else COMPOSITES.get(version, made)
 
 
 # What was read of each observed resource, grouped by composite, by resource name. Crossplane
@@ -460,15 +467,31 @@ class Structs:
         self, key: str, body: dict, ready: bool, *, shared: bool = False, of: str | None = None
     ) -> bytes:
         """The State.resources entry of a desired resource of cluster `of`."""
-        if shared:
-            kept = self._shared.item(
-                of, id(body), lambda: (body, key, ready, wire.state_entry(key, body, ready))
-            )
-            if kept[0] is body and kept[1] == key and kept[2] == ready:
-                return kept[3]
-        return self._content.item(
-            of, (key, ready, marshal.dumps(body)), lambda: wire.state_entry(key, body, ready)
-        )
+        return self.entries([(key, body, ready, shared)], of)[0]
+
+    def entries(
+        self, resources: Iterable[tuple[str, dict, bool, bool]], of: str | None = None
+    ) -> list[bytes]:
+        """The State.resources entries of desired resources (key, body, ready, shared) of
+        cluster `of`, in order; its two groups found once for all of them."""
+        shared_items, content = self._shared.group(of), self._content.group(of)
+        out = []
+        for key, body, ready, shared in resources:
+            if shared:
+                kept = shared_items.items.get(id(body))
+                if kept is None:
+                    kept = (body, key, ready, wire.state_entry(key, body, ready))
+                    shared_items.add(id(body), kept)
+                if kept[0] is body and kept[1] == key and kept[2] == ready:
+                    out.append(kept[3])
+                    continue
+            by_content = (key, ready, marshal.dumps(body))
+            data = content.items.get(by_content)
+            if data is None:
+                data = wire.state_entry(key, body, ready)
+                content.add(by_content, data)
+            out.append(data)
+        return out
 
     def clear(self) -> None:
         self._content.clear()

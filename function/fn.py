@@ -134,12 +134,12 @@ def answered(req: wire.Request) -> Answer:
 
 
 def made_for(req: wire.Request, handed: dict[str, tuple]) -> Answer:
-    composite = composite_of(req.composite_data)
+    composite, marshalled = composite_of(req.composite_data)
     kind = composite.get("kind")
     if kind == names.INFERENCE_CLASS:
         return answer_of(compose_class(composite), kind, composite.get("metadata", {}).get("name"))
     if kind == names.INFERENCE_CLUSTER:
-        return composed(composite, req, handed)
+        return composed(composite, marshalled, req, handed)
     raise BadInput(
         f"this function composes InferenceCluster and InferenceClass, not kind {shown(kind)}"
     )
@@ -154,16 +154,16 @@ def answer_of(out: Output, kind: str, name: str | None) -> Answer:
 _COMPOSITE_FIELDS = ("apiVersion", "kind", "spec", "status")
 
 
-def composite_of(data: bytes) -> dict:
+def composite_of(data: bytes) -> tuple[dict, bytes]:
     """The composite's identity, spec and status as a dict of its own (never changed: it is
-    kept by version for the next call, caches.composite).
+    kept by version for the next call, caches.composite), and the same marshalled.
 
     Without the status's conditions: the function never reads them (Crossplane sets them from
     the answer), and Crossplane marks some in memory before it calls (WatchCircuitClosed, with
     the time), so they are not what the composite's resourceVersion stands for.
     """
     if not data:
-        return {}
+        return {}, marshal.dumps({})
 
     def convert() -> dict:
         body = wire.Resource(data).body
@@ -178,6 +178,7 @@ def composite_of(data: bytes) -> dict:
 
 
 _MISSING = object()
+_READY = (None, "ready")
 
 
 class ConvertedOnRead(Mapping):
@@ -186,6 +187,7 @@ class ConvertedOnRead(Mapping):
     def __init__(self, source: Mapping) -> None:
         self._source = source
         self._cache: dict = {}
+        self._keys: list[str] | None = None
 
     def _convert(self, key: str, value):
         raise NotImplementedError
@@ -210,7 +212,9 @@ class ConvertedOnRead(Mapping):
         return key in self._source
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._source))
+        if self._keys is None:  # read a few times a composition; the source never changes
+            self._keys = sorted(self._source)
+        return iter(self._keys)
 
     def __len__(self) -> int:
         return len(self._source)
@@ -298,20 +302,30 @@ class WireResource(ObservedResource):
         return marshal.loads(value) if type(value) is bytes else value  # noqa: S302 - ours
 
     # What is noted is keyed by its path (strings and numbers), or for what is not a field by a
-    # key no path can be (None first).
+    # key no path can be (None first). Each read looks in what was noted first, inline: a
+    # composition reads hundreds, nearly all noted before.
     def get(self, *path: str | int):
-        return self._noted(path, lambda: wire.lookup(self._parsed.body, path))
+        value = self._reads.get(path, _MISSING)
+        if value is _MISSING or type(value) is bytes:
+            return self._noted(path, lambda: wire.lookup(self._parsed.body, path))
+        return value
 
     def condition(self, type_: str) -> dict | None:
         return self._noted((None, "condition", type_), lambda: self._condition(type_))
 
     def derived(self, name: str, derive):
-        return self._noted((None, "derived", name), lambda: derive(self))
+        value = self._reads.get((None, "derived", name), _MISSING)
+        if value is _MISSING or type(value) is bytes:
+            return self._noted((None, "derived", name), lambda: derive(self))
+        return value
 
     @property
     def ready(self) -> bool:
         # Read of nearly every resource: noted as what it is, a bool, not as the condition.
-        return self._noted((None, "ready"), lambda: is_true(self._condition("Ready")))
+        value = self._reads.get(_READY, _MISSING)
+        if value is _MISSING:
+            return self._noted(_READY, lambda: is_true(self._condition("Ready")))
+        return value
 
     def _condition(self, type_: str) -> dict | None:
         conditions = wire.at(self._parsed.body, ("status", "conditions"))
@@ -348,12 +362,14 @@ def observed(req: wire.Request, composite: dict) -> Observed:
     )
 
 
-def composed(composite: dict, req: wire.Request, handed: dict[str, tuple]) -> Answer:
+def composed(
+    composite: dict, marshalled: bytes, req: wire.Request, handed: dict[str, tuple]
+) -> Answer:
     """The cluster composed from the request and encoded (or kept from the same inputs:
-    caches.composition)."""
+    caches.composition). marshalled is the composite, marshalled."""
     ask_first = fnv1.CAPABILITY_REQUIRED_RESOURCES in req.meta.capabilities
     given = (
-        marshal.dumps(composite),
+        marshalled,
         tuple(handed.items()),
         tuple(sorted(req.installed_schemas.items())),
         ask_first,
@@ -388,10 +404,9 @@ def encoded(out: Output, of: str | None) -> tuple[bytes, ...]:
     encode_requirements(out, rsp)
     if not out.deferred:
         encode(out, rsp, of)
-        entries = [
-            ENCODED.entry(key, d.body, d.ready, shared=d.shared, of=of)
-            for key, d in sorted(out.resources.items())
-        ]
+        entries = ENCODED.entries(
+            ((key, d.body, d.ready, d.shared) for key, d in sorted(out.resources.items())), of
+        )
     head = rsp.SerializeToString(deterministic=True)
     # The resources follow as a second desired State, which the parser merges.
     state = (wire.tag_and_size(2, sum(map(len, entries))),) if entries else ()

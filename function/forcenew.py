@@ -413,19 +413,30 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
 }
 
 _MISSING = object()
-# The kinds keep_live looks further at (an Object by its manifest's kind): the others, Usages and
-# most of the stack, are passed over on their kind alone.
-_KINDS = frozenset(kind.split("/")[0] for _, kind in FORCE_NEW)
+# FORCE_NEW by kind, then by API group: keep_live passes over the kinds it has nothing for (Usages,
+# most of the stack) on their kind alone. An Object is known by its manifest's kind
+# (Object/<kind>), so only the manifests with immutable fields are looked at.
+_BY_KIND: dict[str, dict[str, tuple[Frozen, ...]]] = {}
+_BY_MANIFEST_KIND: dict[str, dict[str, tuple[Frozen, ...]]] = {}
+for (_group, _kind), _fields in FORCE_NEW.items():
+    _of, _, _manifest_kind = _kind.partition("Object/")
+    if _of:
+        _BY_KIND.setdefault(_of, {})[_group] = _fields
+    else:
+        _BY_MANIFEST_KIND.setdefault(_manifest_kind, {})[_group] = _fields
 
 
-def _kind_key(body: dict) -> tuple[str, str]:
-    """(API group, kind) of a composed resource; an Object's as Object/<its manifest's kind>,
-    so only the manifests with immutable fields are looked at."""
-    group, kind = body.get("apiVersion", "").split("/")[0], body.get("kind", "")
+def _frozen_of(body: dict) -> tuple[Frozen, ...] | None:
+    """The frozen fields of a composed resource's kind, if it has any."""
+    kind = body.get("kind")
     if kind == "Object":
         manifest = body.get("spec", {}).get("forProvider", {}).get("manifest") or {}
-        kind = f"Object/{manifest.get('kind')}"
-    return group, kind
+        by_group = _BY_MANIFEST_KIND.get(manifest.get("kind"))
+    else:
+        by_group = _BY_KIND.get(kind)
+    if by_group is None:
+        return None
+    return by_group.get(body.get("apiVersion", "").partition("/")[0])
 
 
 def _at(node: Any, path: tuple[str, ...]) -> Any:
@@ -469,13 +480,11 @@ def keep_live(
     results: list[Result] = []
     for key, desired in resources.items():
         body = desired.body
-        kind = body.get("kind", "")
-        if kind not in _KINDS:
-            continue
-        frozen = FORCE_NEW.get(_kind_key(body))
+        frozen = _frozen_of(body)
         seen = observed.resources.get(key) if frozen else None
-        if seen is None or seen.get("kind") != kind:
+        if seen is None or seen.get("kind") != body["kind"]:
             continue
+        kind = body["kind"]
         new_spec = body.get("spec", {}).get("forProvider", {})
         changed: dict | None = None
         said: list[str] = []

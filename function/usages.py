@@ -60,19 +60,21 @@ def edges(
 
 
 def render(edges_: list[Edge], desired: dict[str, Desired], xr: str) -> dict[str, Desired]:
-    return {
-        f"usage-{e.of}-by-{e.by}": Desired(usage(xr, e, desired), ready=True, shared=True)
-        for e in edges_
-    }
-
-
-def usage(xr: str, edge: Edge, desired: dict[str, Desired]) -> dict:
-    of, by = desired[edge.of].body, desired[edge.by].body
-    return USAGES.item(
-        xr,
-        (edge.of, edge.by, *_named(of), *_named(by)),
-        lambda: _usage(xr, edge, _ref(of), _ref(by)),
-    )
+    """A Usage for each edge, each kept in the cluster's group of USAGES by what it names (edge,
+    both ends' apiVersion, kind and name) with its key: the same from one reconcile to the next,
+    made once and shared."""
+    group = USAGES.group(xr)
+    out = {}
+    for edge in edges_:
+        of, by = desired[edge.of].body, desired[edge.by].body
+        named = (edge.of, edge.by, *_named(of), *_named(by))
+        kept = group.items.get(named)
+        if kept is None:
+            body = _usage(xr, edge, _ref(of), _ref(by))
+            kept = (f"usage-{edge.of}-by-{edge.by}", Desired(body, ready=True, shared=True))
+            group.add(named, kept)
+        out[kept[0]] = kept[1]
+    return out
 
 
 def _named(body: dict) -> tuple[str, str, str]:

@@ -33,6 +33,8 @@ _LEAN = {
         "map<string, Schema> required_schemas = 9",
     ),
     "State": ("bytes composite = 1", "map<string, bytes> resources = 2"),  # Resource
+    # A RunFunctionRequest read for its observed state alone, in place: not copied out first.
+    "ObservedOf": ("State observed = 2",),
     "Resources": ("repeated bytes items = 1",),  # Resource
     "Resource": ("bytes resource = 1", "map<string, bytes> connection_details = 2"),
     "Schema": ("optional bytes openapi_v3 = 1",),
@@ -115,11 +117,23 @@ def _lean_classes() -> dict[str, type]:
 
 
 _CLASSES = _lean_classes()
-_REQUEST, _STATE, _RESOURCES, _RESOURCE, _SCHEMA, _STRUCT, _VALUE, _LIST, _VERSIONED = (
+(
+    _REQUEST,
+    _STATE,
+    _OBSERVED_OF,
+    _RESOURCES,
+    _RESOURCE,
+    _SCHEMA,
+    _STRUCT,
+    _VALUE,
+    _LIST,
+    _VERSIONED,
+) = (
     _CLASSES[m]
     for m in (
         "RunFunctionRequest",
         "State",
+        "ObservedOf",
         "Resources",
         "Resource",
         "Schema",
@@ -371,6 +385,7 @@ class Request:
     """A RunFunctionRequest, parsed a level at a time."""
 
     def __init__(self, data: bytes) -> None:
+        self._data = data
         self._message = parse(_REQUEST, data, "RunFunctionRequest")
         self.meta = parse(fnv1.RequestMeta, self._message.meta, "meta")
         self._observed = None
@@ -378,7 +393,7 @@ class Request:
     @property
     def _state(self):
         if self._observed is None:
-            self._observed = parse(_STATE, self._message.observed, "observed state")
+            self._observed = parse(_OBSERVED_OF, self._data, "observed state").observed
         return self._observed
 
     @property
