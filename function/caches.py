@@ -449,14 +449,19 @@ class Structs:
 
     Encoding a dict into a Struct runs in Python, field by field; a steady cluster returns the
     same bodies every time. An equal marshal dump means equal content, hence equal bytes, and a
-    body that changes in any way is encoded afresh. A shared body (never changed once made, see
-    Desired.shared) is known by identity instead: its entry holds the body, so no other object
+    body that changes in any way is encoded afresh. A desired resource's entry is kept by its key
+    with the dump it was made from, the last one only: comparing two dumps costs less than hashing
+    one, and a body that changed leaves nothing behind. A shared body (never changed once made,
+    see Desired.shared) is known by identity instead: its entry holds the body, so no other object
     can take its identity while the entry is kept.
     """
 
     def __init__(self, store: Store | None = None) -> None:
         self._content = Groups(
             "encoded by content", lambda key, data: len(key[-1]) + len(data), store
+        )
+        self._by_key = Groups(
+            "encoded entries by key", lambda _, kept: len(kept[1]) + len(kept[2]), store
         )
         self._shared = Groups("encoded shared bodies", lambda _, kept: len(kept[3]) * 5 // 2, store)
 
@@ -474,7 +479,7 @@ class Structs:
     ) -> list[bytes]:
         """The State.resources entries of desired resources (key, body, ready, shared) of
         cluster `of`, in order; its two groups found once for all of them."""
-        shared_items, content = self._shared.group(of), self._content.group(of)
+        shared_items, by_key = self._shared.group(of), self._by_key.group(of)
         out = []
         for key, body, ready, shared in resources:
             if shared:
@@ -485,16 +490,17 @@ class Structs:
                 if kept[0] is body and kept[1] == key and kept[2] == ready:
                     out.append(kept[3])
                     continue
-            by_content = (key, ready, marshal.dumps(body))
-            data = content.items.get(by_content)
-            if data is None:
-                data = wire.state_entry(key, body, ready)
-                content.add(by_content, data)
-            out.append(data)
+            dumped = marshal.dumps(body)
+            kept = by_key.items.get(key)
+            if kept is None or kept[0] != ready or kept[1] != dumped:
+                kept = (ready, dumped, wire.state_entry(key, body, ready))
+                by_key.add(key, kept)
+            out.append(kept[2])
         return out
 
     def clear(self) -> None:
         self._content.clear()
+        self._by_key.clear()
         self._shared.clear()
 
 
