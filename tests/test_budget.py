@@ -24,9 +24,10 @@ from tests.tools import bench
 # resource, so that a change adding resources passes and one making each dearer fails. Measured:
 # 4.43 KiB at 264 resources (2026-12-03; 5.17 while a kept composition held its bodies), 4.44 at
 # 287 (2026-12-05), 3.92 at 294 once versions were one short bytes and a kept composition's
-# names marshalled (2026-12-05); 76.6 calls, then 66.6.
-HELD_PER_RESOURCE_KIB = 4.3
-CALLS_PER_RESOURCE = 72
+# names marshalled (2026-12-05), 3.60 at 308 once Usages were no longer read (2026-12-06);
+# 76.6 calls, then 66.6, then 55.0.
+HELD_PER_RESOURCE_KIB = 3.9
+CALLS_PER_RESOURCE = 60
 CLUSTERS = 4
 
 
