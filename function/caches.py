@@ -395,7 +395,7 @@ COMPOSITES = Cache("composites", lambda _, kept: 64 * DICT_WEIGHT + len(kept[1])
 
 
 def composite(data: bytes, convert: Callable[[], dict]) -> tuple[dict, bytes]:
-    """convert()'s dict of the composite data holds, and the same marshalled."""
+    """The composite in data as convert() makes it (kept by version), and the same marshalled."""
 
     def made() -> tuple[dict, bytes]:
         body = convert()
