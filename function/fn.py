@@ -292,31 +292,37 @@ class WireResource(ObservedResource):
     def body(self) -> dict:
         return self._parsed.body.python()
 
-    def _noted(self, key: tuple, read):
-        value = self._reads.get(key, _MISSING)
+    def _noted(self, key: tuple, value, read):
+        """The read at key, given what was found noted there (value) when that is not the answer
+        itself: nothing (_MISSING: read() now, and noted) or a container, marshalled."""
         if value is _MISSING:
             value = read()
             self._reads[key] = marshal.dumps(value) if isinstance(value, dict | list) else value
             return value
-        # JSON holds no bytes: bytes here are a container, marshalled.
-        return marshal.loads(value) if type(value) is bytes else value  # noqa: S302 - ours
+        return marshal.loads(value)  # noqa: S302 - ours
 
     # What is noted is keyed by its path (strings and numbers), or for what is not a field by a
-    # key no path can be (None first). Each read looks in what was noted first, inline: a
-    # composition reads hundreds, nearly all noted before.
+    # key no path can be (None first). JSON holds no bytes: bytes noted are a container,
+    # marshalled, so each read gets its own copy. Each read looks in what was noted first,
+    # inline: a composition reads hundreds, nearly all noted before.
     def get(self, *path: str | int):
         value = self._reads.get(path, _MISSING)
         if value is _MISSING or type(value) is bytes:
-            return self._noted(path, lambda: wire.lookup(self._parsed.body, path))
+            return self._noted(path, value, lambda: wire.lookup(self._parsed.body, path))
         return value
 
     def condition(self, type_: str) -> dict | None:
-        return self._noted((None, "condition", type_), lambda: self._condition(type_))
+        key = (None, "condition", type_)
+        value = self._reads.get(key, _MISSING)
+        if value is _MISSING or type(value) is bytes:
+            return self._noted(key, value, lambda: self._condition(type_))
+        return value
 
     def derived(self, name: str, derive):
-        value = self._reads.get((None, "derived", name), _MISSING)
+        key = (None, "derived", name)
+        value = self._reads.get(key, _MISSING)
         if value is _MISSING or type(value) is bytes:
-            return self._noted((None, "derived", name), lambda: derive(self))
+            return self._noted(key, value, lambda: derive(self))
         return value
 
     @property
@@ -324,7 +330,7 @@ class WireResource(ObservedResource):
         # Read of nearly every resource: noted as what it is, a bool, not as the condition.
         value = self._reads.get(_READY, _MISSING)
         if value is _MISSING:
-            return self._noted(_READY, lambda: is_true(self._condition("Ready")))
+            return self._noted(_READY, value, lambda: is_true(self._condition("Ready")))
         return value
 
     def _condition(self, type_: str) -> dict | None:

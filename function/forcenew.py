@@ -419,11 +419,10 @@ _MISSING = object()
 _BY_KIND: dict[str, dict[str, tuple[Frozen, ...]]] = {}
 _BY_MANIFEST_KIND: dict[str, dict[str, tuple[Frozen, ...]]] = {}
 for (_group, _kind), _fields in FORCE_NEW.items():
-    _of, _, _manifest_kind = _kind.partition("Object/")
-    if _of:
-        _BY_KIND.setdefault(_of, {})[_group] = _fields
+    if _kind.startswith("Object/"):
+        _BY_MANIFEST_KIND.setdefault(_kind.removeprefix("Object/"), {})[_group] = _fields
     else:
-        _BY_MANIFEST_KIND.setdefault(_manifest_kind, {})[_group] = _fields
+        _BY_KIND.setdefault(_kind, {})[_group] = _fields
 
 
 def _frozen_of(body: dict) -> tuple[Frozen, ...] | None:
@@ -482,9 +481,11 @@ def keep_live(
         body = desired.body
         frozen = _frozen_of(body)
         seen = observed.resources.get(key) if frozen else None
-        if seen is None or seen.get("kind") != body["kind"]:
+        if seen is None:
             continue
         kind = body["kind"]
+        if seen.get("kind") != kind:
+            continue
         new_spec = body.get("spec", {}).get("forProvider", {})
         changed: dict | None = None
         said: list[str] = []

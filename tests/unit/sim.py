@@ -26,15 +26,11 @@ def reported(
 
 def observed_from(out: Output, edit=None) -> Observed:
     """What the providers report for out, with edit(key, body) applied to each body."""
-    seen = reported(out)
-    if edit is None:
-        return seen
-    resources = {}
-    for key, res in seen.resources.items():
-        body = copy.deepcopy(res.body)
-        edit(key, body)
-        resources[key] = ObservedResource(body)
-    return Observed(resources=resources, status=seen.status)
+    seen = reported(out)  # bodies of their own: edited in place
+    if edit is not None:
+        for key, res in seen.resources.items():
+            edit(key, res.body)
+    return seen
 
 
 def answered(
