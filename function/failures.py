@@ -24,9 +24,9 @@ LIMIT = 300
 DOES_NOT_EXIST = "external resource does not exist"
 REDACTED = "[redacted]"
 # Crossplane's Usage controller says what goes wrong only in events on the Usage and sets no Synced
-# condition (crossplane v2 internal/protection/usage/reconciler.go: status.MarkConditions(
-# xpv1.Available()) is all it writes): nothing failure() reads is ever there, so Usages and
-# ClusterUsages are not read for it (half the resources of a large cluster).
+# condition (crossplane v2.3.4 internal/controller/protection/usage/reconciler.go:
+# status.MarkConditions(xpv2.Available()) is all it writes): nothing failure() reads is ever
+# there, so Usages and ClusterUsages are not read for it (half the resources of a large cluster).
 SILENT = "protection.crossplane.io/"
 
 _SECRETS = (
