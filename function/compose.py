@@ -63,7 +63,9 @@ def compose_cluster(
 
     cluster = clusters.render(inputs)
     stack = serving.render(inputs, cluster)
-    resources = {**cluster.resources, **stack.resources}
+    # What runs keeps the fields its provider cannot change in place (a new release, a new class).
+    # Usages have none, and name only what they guard (apiVersion, kind and name): added after.
+    resources, kept = forcenew.keep_live({**cluster.resources, **stack.resources}, observed)
     resources |= usages.compose(
         inputs,
         cluster.anchors,
@@ -71,17 +73,16 @@ def compose_cluster(
         serving.components(xr.spec.stack, xr.spec.cluster.source),
         resources,
     )
-    # What runs keeps the fields its provider cannot change in place (a new release, a new class).
-    resources, kept = forcenew.keep_live(resources, observed)
     complete = cluster.complete and inputs.classes.complete
     if not complete:
         resources = {**carry_forward(observed, resources), **resources}
+    resources = dict(sorted(resources.items()))  # sorted once: what reads them in order is cheap
     # Ready once the cluster and its whole stack are; a gateway still waiting for its first
     # client is closed by design, not unready.
     installed = stack.ready or stack.reason == "WaitingForClients"
 
     return Output(
-        resources=dict(sorted(resources.items())),
+        resources=resources,
         status=status.render(inputs, cluster, stack),
         conditions=[
             cluster_condition(cluster),

@@ -15,7 +15,7 @@ deletion as soon as its user is gone.
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from function import names
 from function.caches import USAGES
@@ -36,9 +36,8 @@ GUARD = "deletion-guard"
 _REASON_NAMES = 5
 
 
-@dataclass(frozen=True)
-class Edge:
-    """of outlives by (resource keys)."""
+class Edge(NamedTuple):
+    """of outlives by (resource keys). A tuple: a composition makes one a Usage."""
 
     of: str
     by: str
