@@ -76,7 +76,7 @@ def compose_cluster(
     complete = cluster.complete and inputs.classes.complete
     if not complete:
         resources = {**carry_forward(observed, resources), **resources}
-    resources = dict(sorted(resources.items()))  # sorted once: what reads them in order is cheap
+    resources = dict(sorted(resources.items()))  # once: the failures pass keeps this order
     # Ready once the cluster and its whole stack are; a gateway still waiting for its first
     # client is closed by design, not unready.
     installed = stack.ready or stack.reason == "WaitingForClients"

@@ -93,10 +93,11 @@ def does_not_exist(seen: ObservedResource) -> bool:
 def warnings(
     observed: Mapping[str, ObservedResource], desired: Mapping[str, Desired]
 ) -> list[Result]:
-    """One Warning per composed resource whose provider reports a failure, in its words."""
+    """One Warning per composed resource whose provider reports a failure, in its words, in the
+    order of desired (compose_cluster's, sorted once)."""
     out = []
-    for key in sorted(desired):
-        if desired[key].body.get("apiVersion", "").startswith(SILENT):
+    for key, want in desired.items():
+        if want.body.get("apiVersion", "").startswith(SILENT):
             continue
         seen = observed.get(key)
         why = failure(seen)
