@@ -2,7 +2,9 @@
 
 `make image` (hack/image/build-image.sh) runs twice into two temporary PKG_OUTs with their own work
 folders, from one snapshot of the sources and one SOURCE_DATE_EPOCH (so edits or commits made
-meanwhile cannot move a digest); both tarballs must be identical. The first build is the session's
+meanwhile cannot move a digest), the second from the .debs the first was made of (DEBIAN_DEBS: a
+Debian release between the two builds, or deb.debian.org's mirrors out of step, would move the
+Debian layer); both tarballs must be identical. The first build is the session's
 (tests/conftest.py), which the e2e control plane runs its function from too. The image is then
 unpacked from the tarball and, after `make package` embedded it, from the function .xpkg, like a
 container runtime does: each layer of manifest.json in order, owners kept. Its entrypoint runs with
@@ -45,8 +47,8 @@ DEBIAN_PYTHON = {"12": "3.11", "13": "3.13"}  # python3 of each Debian release
 
 @pytest.fixture(scope="session")
 def image_builds(runtime_image, image_sources, tmp_path_factory) -> tuple[Image, Image]:
-    """The session's `make image`, and a second one from the same snapshot and epoch."""
-    again = images.build(image_sources, tmp_path_factory.mktemp("image-b"))
+    """The session's `make image`, and a second one from the same snapshot, epoch and .debs."""
+    again = images.build(image_sources, tmp_path_factory.mktemp("image-b"), runtime_image.debs)
     return runtime_image, images.read_image(again)
 
 
@@ -65,6 +67,10 @@ def _sha256(path: Path) -> str:
 
 def test_two_builds_give_the_same_bytes(image_builds):
     a, b = image_builds
+    debs = [
+        sorted(p.name for p in (i.tarball.parent.parent / images.DEBS).iterdir()) for i in (a, b)
+    ]
+    assert debs[0] and debs[0] == debs[1], "the second build was not made of the first one's .debs"
     assert a.manifest == b.manifest, (
         "the image is not reproducible; uncompressed layer digests: "
         f"{a.config['rootfs']['diff_ids']} vs {b.config['rootfs']['diff_ids']}"

@@ -26,7 +26,11 @@
 # Environment: SOURCE_DATE_EPOCH (default: the checkout's last commit time), PYTHON (python3),
 # WORK (a scratch folder, default a new temporary one, removed afterwards unless KEEP_WORK=1),
 # DEBIAN_MIRROR (http://deb.debian.org/debian), DEBIAN_SECURITY_MIRROR
-# (http://deb.debian.org/debian-security), IMAGE_TAG (function-inference-cluster:v<__version__>).
+# (http://deb.debian.org/debian-security), IMAGE_TAG (function-inference-cluster:v<__version__>),
+# DEBS_OUT (a folder to keep the .debs the Debian root was made of), DEBIAN_DEBS (a folder of .debs,
+# a DEBS_OUT of an earlier build: the root is made of exactly these instead of what the mirror serves
+# today, so that build is reproduced even after a Debian point or security release, or while
+# deb.debian.org's mirrors are out of step with one another).
 set -euo pipefail
 
 usage() { echo "usage: $0 CHECKOUT OUT.tar" >&2; exit 2; }
@@ -79,6 +83,22 @@ trap cleanup EXIT
 root="$work/rootfs"
 SECONDS=0
 
+# DEBIAN_DEBS: a flat repository of the given .debs, which apt copies into the root's cache
+# (copy://) like it downloads from a mirror; its index is the packages' own control fields.
+sources=("deb $debian_mirror $suite main" "deb $debian_mirror $suite-updates main"
+  "deb $security_mirror $suite-security main")
+if [ -n "${DEBIAN_DEBS:-}" ]; then
+  repo="$work/debian-debs"
+  mkdir -p "$repo"
+  cp "$DEBIAN_DEBS"/*.deb "$repo/" || die "no .debs in DEBIAN_DEBS=$DEBIAN_DEBS"
+  for deb in "$repo"/*.deb; do
+    dpkg-deb -f "$deb"
+    printf 'Filename: ./%s\nSize: %s\nSHA256: %s\n\n' "$(basename "$deb")" \
+      "$(stat -c %s "$deb")" "$(sha256sum "$deb" | cut -d' ' -f1)"
+  done >"$repo/Packages"
+  sources=("deb [trusted=yes] copy://$repo ./")
+fi
+
 # 3 (started first, it is mostly download): the Debian root. mmdebstrap is retried once, since a
 # mirror sync can briefly leave indexes and packages out of step.
 debian() {
@@ -86,10 +106,7 @@ debian() {
   for attempt in 1 2; do
     rm -rf "$root"
     mmdebstrap -q --variant=extract --skip=cleanup/apt/cache --include="$packages" \
-      "$suite" "$root" \
-      "deb $debian_mirror $suite main" \
-      "deb $debian_mirror $suite-updates main" \
-      "deb $security_mirror $suite-security main" &
+      "$suite" "$root" "${sources[@]}" &
     pid=$!
     trap 'kill "$pid" 2>/dev/null; wait "$pid"; exit 1' TERM  # when the build stops early
     if wait "$pid"; then return 0; fi
@@ -171,6 +188,10 @@ for deb in sys.argv[1:]:
 print(newest)
 PY
 )"
+if [ -n "${DEBS_OUT:-}" ]; then
+  mkdir -p "$DEBS_OUT"
+  cp "$root"/var/cache/apt/archives/*.deb "$DEBS_OUT/"
+fi
 # The build host's files that mmdebstrap copies in (extract skips the hooks that would remove them),
 # apt's state, and what a runtime image does not read.
 rm -rf "$root"/etc/resolv.conf "$root"/etc/hostname "$root"/etc/apt "$root"/var/lib/apt \

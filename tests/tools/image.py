@@ -35,6 +35,7 @@ IMAGE_INPUTS = ("pyproject.toml", "README.md", "function", "hack/crds")
 TOOLS = ("mmdebstrap", "dpkg-deb", "unshare", "chroot", "mount", "mknod", "tar", "git", "make")
 MAKE = ("make", "--no-print-directory", "-C", str(ROOT))
 TARBALL = Path("image") / "runtime-amd64.tar"  # where `make image` puts it under PKG_OUT
+DEBS = Path("debs")  # where build() keeps the .debs of the Debian root, under PKG_OUT
 
 
 def build_host_missing() -> str | None:
@@ -84,13 +85,16 @@ def snapshot(dest: Path) -> Sources:
     return Sources(dest, epoch)
 
 
-def build(sources: Sources, out: Path) -> Path:
-    """`make image` from the sources into PKG_OUT=out; the tarball's path."""
-    run(
-        [*MAKE, "image", f"PKG_OUT={out}", f"IMAGE_SRC={sources.path}"],
-        env={**os.environ, "SOURCE_DATE_EPOCH": sources.epoch},
-        timeout=600,
-    )
+def build(sources: Sources, out: Path, debs: Path | None = None) -> Path:
+    """`make image` from the sources into PKG_OUT=out; the tarball's path.
+
+    The .debs its Debian root is made of are kept in out/DEBS; with `debs` (an earlier build's
+    out/DEBS), the root is made of exactly those instead of what the mirror serves now.
+    """
+    env = {**os.environ, "SOURCE_DATE_EPOCH": sources.epoch, "DEBS_OUT": str(out / DEBS)}
+    if debs is not None:
+        env["DEBIAN_DEBS"] = str(debs)
+    run([*MAKE, "image", f"PKG_OUT={out}", f"IMAGE_SRC={sources.path}"], env=env, timeout=600)
     return out / TARBALL
 
 
@@ -103,6 +107,11 @@ class Image:
     @property
     def settings(self) -> dict:
         return self.config["config"]
+
+    @property
+    def debs(self) -> Path:
+        """The .debs its Debian root was made of (build() keeps them beside the tarball)."""
+        return self.tarball.parent.parent / DEBS
 
 
 def config(archive: Path) -> dict:
