@@ -84,7 +84,9 @@ root="$work/rootfs"
 SECONDS=0
 
 # DEBIAN_DEBS: a flat repository of the given .debs, which apt copies into the root's cache
-# (copy://) like it downloads from a mirror; its index is the packages' own control fields.
+# (copy://) like it downloads from a mirror; its index is the packages' own control fields
+# (apt's sources.list(5): the copy method, trusted=yes for a repository without a signed Release;
+# run here with mmdebstrap 1.3.5 and trixie's apt, a package with an epoch included).
 sources=("deb $debian_mirror $suite main" "deb $debian_mirror $suite-updates main"
   "deb $security_mirror $suite-security main")
 if [ -n "${DEBIAN_DEBS:-}" ]; then
