@@ -10,7 +10,7 @@ from function import forcenew
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.output import Desired
-from tests.builders import all_classes, example, provider_configs
+from tests.builders import EXAMPLES, all_classes, example, provider_configs, world_for
 from tests.charts import converged, converged_examples
 from tests.conftest import crds_dir
 from tests.unit import sim
@@ -271,3 +271,15 @@ def test_every_composed_cloud_kind_is_classified():
     unclassified = composed - set(forcenew.FORCE_NEW) - NOTHING_FROZEN
     assert not unclassified, sorted(unclassified)
     assert not NOTHING_FROZEN & set(forcenew.FORCE_NEW)
+
+
+@pytest.mark.parametrize("source", sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir()))
+def test_no_shared_body_is_of_a_kind_with_frozen_fields(source):
+    """keep_live passes over shared bodies (the stack's, Usages, probes, detectors: made once a
+    cluster) without reading them: that is only right while none is of a kind with a frozen
+    field."""
+    xr, classes = example(source)
+    out = sim.converge(xr, required(source, classes), world_for(xr))
+    shared = {k: d.body for k, d in out.resources.items() if d.shared}
+    assert shared
+    assert not [k for k, body in shared.items() if forcenew._frozen_of(body)]
