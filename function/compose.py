@@ -66,13 +66,14 @@ def compose_cluster(
     # What runs keeps the fields its provider cannot change in place (a new release, a new class).
     # Usages have none, and name only what they guard (apiVersion, kind and name): added after.
     resources, kept = forcenew.keep_live({**cluster.resources, **stack.resources}, observed)
-    resources |= usages.compose(
+    guards = usages.compose(
         inputs,
         cluster.anchors,
         (*cluster.outlives, *stack.outlives),
         serving.components(xr.spec.stack, xr.spec.cluster.source),
         resources,
     )
+    resources |= guards
     complete = cluster.complete and inputs.classes.complete
     if not complete:
         resources = {**carry_forward(observed, resources), **resources}
@@ -94,7 +95,7 @@ def compose_cluster(
         results=cluster.results
         + stack.results
         + kept
-        + failures.warnings(observed.resources, resources)
+        + failures.warnings(observed.resources, resources, guards.keys())
         + class_results(xr, inputs.classes),
         requirements=wanted,
         schemas=wanted_schemas,

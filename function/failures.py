@@ -11,7 +11,7 @@ base64), so the same observation always gives the same words and never a secret.
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from function.inputs import ObservedResource
 from function.output import Desired, Result
@@ -90,14 +90,22 @@ def does_not_exist(seen: ObservedResource) -> bool:
     return synced.get("status") == "False" and DOES_NOT_EXIST in str(synced.get("message", ""))
 
 
+def _silent(body: dict) -> bool:
+    return str(body.get("apiVersion", "")).startswith(SILENT)
+
+
 def warnings(
-    observed: Mapping[str, ObservedResource], desired: Mapping[str, Desired]
+    observed: Mapping[str, ObservedResource],
+    desired: Mapping[str, Desired],
+    usages: Collection[str] = (),
 ) -> list[Result]:
     """One Warning per composed resource whose provider reports a failure, in its words, in the
-    order of desired (compose_cluster's, sorted once)."""
+    order of desired (compose_cluster's, sorted once). usages: the keys of the Usages composed,
+    passed over by key: a shared body (made once a cluster, as every Usage is) is not read, since
+    in a fleet what a cluster keeps is out of the CPU's caches when its composition comes."""
     out = []
     for key, want in desired.items():
-        if want.body.get("apiVersion", "").startswith(SILENT):
+        if key in usages or (not want.shared and _silent(want.body)):
             continue
         seen = observed.get(key)
         why = failure(seen)
