@@ -41,14 +41,16 @@ def compose_cluster(
     schemas: dict[str, bool] | None = None,
     *,
     ask_first: bool = False,
+    marshalled: bytes | None = None,
 ) -> Output:
     """The cluster's desired state.
 
     With ask_first (Crossplane runs a requirements loop and only its last answer counts), a call
     that lacks something it needs answers with its requirements alone and composes nothing: the
-    next call, with everything handed over, composes once.
+    next call, with everything handed over, composes once. marshalled: body marshalled, when the
+    caller keeps it so (fn.composite_of).
     """
-    xr = parse_cluster(body)
+    xr = parse_cluster(body, marshalled)
     schemas = schemas or {}
     wanted, wanted_schemas = requirements(xr, required, schemas, observed)
     if ask_first and (wanted.keys() - required.keys() or wanted_schemas.keys() - schemas.keys()):

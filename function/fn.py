@@ -389,6 +389,7 @@ def composed(
             seen_now,
             req.installed_schemas,
             ask_first=ask_first,
+            marshalled=marshalled,
         )
         return out, seen_now.resources.read
 

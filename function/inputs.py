@@ -128,14 +128,17 @@ def describe(error: ValidationError, prefix: str = "") -> str:
     return "; ".join(lines)
 
 
-def validated(model: type[M], body: dict) -> M:
-    """model validated from body; raises ValidationError as model_validate does."""
-    return PARSED.get((model, marshal.dumps(body)), lambda: model.model_validate(body))
+def validated(model: type[M], body: dict, marshalled: bytes | None = None) -> M:
+    """model validated from body (marshalled, when the caller has it so: the same bytes object
+    each call is known without marshalling or comparing it again); raises ValidationError as
+    model_validate does."""
+    key = marshal.dumps(body) if marshalled is None else marshalled
+    return PARSED.get((model, key), lambda: model.model_validate(body))
 
 
-def parse_cluster(body: dict) -> InferenceCluster:
+def parse_cluster(body: dict, marshalled: bytes | None = None) -> InferenceCluster:
     try:
-        return validated(InferenceCluster, body)
+        return validated(InferenceCluster, body, marshalled)
     except ValidationError as e:
         raise BadInput(f"invalid InferenceCluster: {describe(e)}") from None
 
