@@ -461,20 +461,17 @@ class Structs:
     Encoding a dict into a Struct runs in Python, field by field; a steady cluster returns the
     same bodies every time. An equal marshal dump means equal content, hence equal bytes, and a
     body that changes in any way is encoded afresh. A desired resource's entry is kept by its key
-    with the dump it was made from, the last one only: comparing two dumps costs less than hashing
-    one, and a body that changed leaves nothing behind. A shared body (never changed once made,
-    see Desired.shared) is known by identity instead: its entry holds the body, so no other object
-    can take its identity while the entry is kept.
+    with its readiness and the dump it was made from, the last one only: comparing two dumps costs
+    less than hashing one, and a body that changed leaves nothing behind. A shared body (never
+    changed once made, see Desired.shared) is known by identity instead of its dump: its entry
+    holds the body, so no other object can take its identity while the entry is kept.
     """
 
     def __init__(self, store: Store | None = None) -> None:
         self._content = Groups(
             "encoded by content", lambda key, data: len(key[-1]) + len(data), store
         )
-        self._by_key = Groups(
-            "encoded entries by key", lambda _, kept: len(kept[1]) + len(kept[2]), store
-        )
-        self._shared = Groups("encoded shared bodies", lambda _, kept: len(kept[3]) * 5 // 2, store)
+        self._by_key = Groups("encoded entries by key", _entry_weight, store)
 
     def encoded(self, body: dict, of: str | None = None) -> bytes:
         return self._content.item(of, (marshal.dumps(body),), lambda: wire.struct_message(body))
@@ -489,22 +486,18 @@ class Structs:
         self, resources: Iterable[tuple[str, dict, bool, bool]], of: str | None = None
     ) -> list[bytes]:
         """The State.resources entries of desired resources (key, body, ready, shared) of
-        cluster `of`, in order; its two groups found once for all of them."""
-        shared_items, by_key = self._shared.group(of), self._by_key.group(of)
+        cluster `of`, in order; its group found once for all of them."""
+        by_key = self._by_key.group(of)
         out = []
         for key, body, ready, shared in resources:
-            if shared:
-                kept = shared_items.items.get(id(body))
-                if kept is None:
-                    kept = (body, key, ready, wire.state_entry(key, body, ready))
-                    shared_items.add(id(body), kept)
-                if kept[0] is body and kept[1] == key and kept[2] == ready:
-                    out.append(kept[3])
-                    continue
-            dumped = marshal.dumps(body)
             kept = by_key.items.get(key)
-            if kept is None or kept[0] != ready or kept[1] != dumped:
-                kept = (ready, dumped, wire.state_entry(key, body, ready))
+            made_of = body if shared else marshal.dumps(body)
+            if (
+                kept is None
+                or kept[0] != ready
+                or (kept[1] is not body if shared else kept[1] != made_of)
+            ):
+                kept = (ready, made_of, wire.state_entry(key, body, ready))
                 by_key.add(key, kept)
             out.append(kept[2])
         return out
@@ -512,7 +505,13 @@ class Structs:
     def clear(self) -> None:
         self._content.clear()
         self._by_key.clear()
-        self._shared.clear()
+
+
+def _entry_weight(_: str, kept: tuple) -> int:
+    """An entry and what it was made from: its dump, or a shared body (weighed at half its
+    entry's size, as dicts held are)."""
+    made_of, entry = kept[1], kept[2]
+    return len(entry) + (len(made_of) if isinstance(made_of, bytes) else len(entry) // 2)
 
 
 ENCODED = Structs()

@@ -26,8 +26,9 @@ from tests.tools import bench
 # 287 (2026-12-05), 3.92 at 294 once versions were one short bytes and a kept composition's
 # names marshalled (2026-12-05), 3.60 at 308 once Usages were no longer read (2026-12-06);
 # 76.6 calls, then 66.6, then 55.0, then 52.1 (the observed names no longer sorted, keep_live
-# over cluster and stack only, 2026-12-06), then 50.1 at 3.59 KiB (keep_live reads a live
-# resource's frozen fields once and passes over shared bodies, 2026-12-06).
+# over cluster and stack only, 2026-12-06), then 49.4 at 3.54 KiB (keep_live reads a live
+# resource's frozen fields once and passes over shared bodies; one group of encoded entries a
+# cluster, 2026-12-06).
 HELD_PER_RESOURCE_KIB = 3.9
 CALLS_PER_RESOURCE = 57
 CLUSTERS = 4
