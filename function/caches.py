@@ -528,6 +528,26 @@ BODIES = Groups(
     "stack bodies", lambda key, _: 2 * len(key[-1]) if isinstance(key[-1], bytes) else 0
 )
 
+# Managed resources a cloud makes of its cluster's name, credentials and spec alone
+# (Cloud.made_once), grouped by cluster, by part, the last made only, with what they were made of:
+# the same from one reconcile to the next, made once and shared.
+PARTS = Groups("cloud parts", lambda _, kept: len(kept[0]) + kept[2])
+
+
+def part(cluster: str, name: str, args: tuple, make: Callable[[], dict]) -> dict:
+    """make(), kept as the part `name` of cluster while args (plain data) are the same: marshal
+    version 2 writes equal values alike (no references), and equal bytes are equal values."""
+    made_of = marshal.dumps(args, 2)
+    group = PARTS.group(cluster)
+    kept = group.items.get(name)
+    if kept is not None and kept[0] == made_of:
+        return kept[1]
+    made = make()
+    held = DICT_WEIGHT * len(marshal.dumps([body for body, _ in made.values()]))
+    group.add(name, (made_of, made, held))
+    return made
+
+
 # Usages, grouped by cluster, by what they name (edge, both ends' apiVersion, kind and name): the
 # same from one reconcile to the next, made once and shared.
 USAGES = Groups("usages", lambda key, _: _bytes(*key))

@@ -451,6 +451,26 @@ def _frozen_of(body: dict) -> _Kind | None:
     return by_group.get(body.get("apiVersion", "").partition("/")[0])
 
 
+@dataclass(frozen=True)
+class Composed:
+    """What keep_live compares an observed resource with: the frozen fields of the composed
+    body's kind, its kind, and the values it sets them to (as _values gives them)."""
+
+    of: _Kind
+    kind: str
+    values: bytes
+
+
+def composed(body: dict) -> Composed | None:
+    """body's frozen fields and their values, if its kind has any (a shared body comes with them,
+    found once: Desired.frozen)."""
+    of = _frozen_of(body)
+    if of is None:
+        return None
+    spec = body.get("spec", {}).get("forProvider", {})
+    return Composed(of, body["kind"], _values(_at(spec, f.path) for f in of.fields))
+
+
 def _at(node: Any, path: tuple[str, ...]) -> Any:
     """The value at path (dict keys only), or _MISSING."""
     for step in path:
@@ -505,25 +525,21 @@ def keep_live(
     kept = dict(resources)
     results: list[Result] = []
     for key, desired in resources.items():
-        if desired.shared:
-            # Made once a cluster and handed out again (the stack's, probes, detectors), and of no
-            # kind with frozen fields (tests/unit/test_forcenew.py): not read, since in a fleet
-            # what a cluster keeps is out of the CPU's caches when its composition comes.
-            continue
-        body = desired.body
-        of = _frozen_of(body)
-        seen = observed.resources.get(key) if of else None
+        # A shared body (made once a cluster and handed out again) comes with its frozen fields
+        # and their values, found when it was made: it is not read unless one moved, since in a
+        # fleet what a cluster keeps is out of the CPU's caches when its composition comes.
+        made = desired.frozen if desired.shared else composed(desired.body)
+        seen = observed.resources.get(key) if made else None
         if seen is None:
             continue
-        kind, frozen = body["kind"], of.fields
-        new_spec = body.get("spec", {}).get("forProvider", {})
+        frozen = made.of.fields
         # What the live resource has, read once per observed version: nearly every time, every
         # frozen field is what this release composes, and one comparison says so.
-        live_kind, live_values = seen.derived(of.noted_as, lambda s, f=frozen: _live(s, f))
-        if live_kind != kind:
+        live_kind, live_values = seen.derived(made.of.noted_as, lambda s, f=frozen: _live(s, f))
+        if live_kind != made.kind or live_values == made.values:
             continue
-        if live_values == _values(_at(new_spec, f.path) for f in frozen):
-            continue
+        body = desired.body
+        kind, new_spec = made.kind, body.get("spec", {}).get("forProvider", {})
         changed: dict | None = None
         said: list[str] = []
         held: list[Frozen] = []

@@ -1,7 +1,7 @@
 """Plain values the renderers return. fn.py alone turns them into protobuf."""
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Severity = Literal["Normal", "Warning", "Fatal"]
 
@@ -15,6 +15,9 @@ class Desired:
     # The body is shared by every reconcile it is the same for (made once, never changed after):
     # it is encoded once, and known again by identity.
     shared: bool = False
+    # Of a shared body: its frozen fields and their values (forcenew.composed), found once when
+    # it was made, so keep_live reads no shared body unless one moved.
+    frozen: Any = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ in a list, so adding or removing a zone leaves every other zone as it is:
     public  subnet of zone letter i:                10.0.(192+4*i).0/22 load balancers, NAT
 """
 
-from function.clusters.base import Cloud
+from function.clusters.base import Cloud, Part
 
 EC2 = "ec2.aws.m.upbound.io/v1beta1"
 VPC_CIDR = "10.0.0.0/16"
@@ -51,76 +51,80 @@ def zones_in_use(cloud: Cloud, region: str) -> list[str]:
 def render(cloud: Cloud, region: str, cluster_name: str, tags: dict) -> list[str]:
     """The VPC and its routing; returns the zones built."""
     zones = zones_in_use(cloud, region)
-    vpc_ref = {"vpcIdRef": {"name": cloud.name("vpc")}}
-    cloud.managed(
+    cloud.made_once("network", _network, region, cluster_name, tags, zones)
+    return zones
+
+
+def _network(part: Part, region: str, cluster_name: str, tags: dict, zones: list[str]) -> None:
+    vpc_ref = {"vpcIdRef": {"name": part.name("vpc")}}
+    part.managed(
         "vpc",
         EC2,
         "VPC",
-        cloud.name("vpc"),
+        part.name("vpc"),
         {
             "region": region,
             "cidrBlock": VPC_CIDR,
             "enableDnsSupport": True,
             "enableDnsHostnames": True,
-            "tags": {**tags, "Name": cloud.name("vpc")},
+            "tags": {**tags, "Name": part.name("vpc")},
         },
     )
-    cloud.managed(
+    part.managed(
         "internet-gateway",
         EC2,
         "InternetGateway",
-        cloud.name("igw"),
+        part.name("igw"),
         {"region": region, **vpc_ref, "tags": tags},
     )
-    cloud.managed(
+    part.managed(
         "route-table-public",
         EC2,
         "RouteTable",
-        cloud.name("rt-public"),
+        part.name("rt-public"),
         {"region": region, **vpc_ref, "tags": tags},
     )
-    cloud.managed(
+    part.managed(
         "route-public-default",
         EC2,
         "Route",
-        cloud.name("route-public"),
+        part.name("route-public"),
         {
             "region": region,
-            "routeTableIdRef": {"name": cloud.name("rt-public")},
+            "routeTableIdRef": {"name": part.name("rt-public")},
             "destinationCidrBlock": "0.0.0.0/0",
-            "gatewayIdRef": {"name": cloud.name("igw")},
+            "gatewayIdRef": {"name": part.name("igw")},
         },
     )
     # S3 without the NAT gateways: ECR keeps image layers in S3, and model weights come from it;
     # through a NAT gateway each GB is billed (NAT data processing), through a gateway endpoint
     # nothing is (Amazon VPC, "Gateway endpoints for Amazon S3"; no charge for gateway
     # endpoints). Its default policy allows every S3 request, as the NAT path does.
-    cloud.managed(
+    part.managed(
         "vpc-endpoint-s3",
         EC2,
         "VPCEndpoint",
-        cloud.name("vpce-s3"),
+        part.name("vpce-s3"),
         {
             "region": region,
             **vpc_ref,
             "serviceName": f"com.amazonaws.{region}.s3",
             "vpcEndpointType": "Gateway",
-            "tags": {**tags, "Name": cloud.name("vpce-s3")},
+            "tags": {**tags, "Name": part.name("vpce-s3")},
         },
     )
     owned = {f"kubernetes.io/cluster/{cluster_name}": "shared"}
     for zone in zones:
-        _zone(cloud, region, zone, vpc_ref, {**tags, **owned})
-    return zones
+        _zone(part, region, zone, vpc_ref, {**tags, **owned})
 
 
-def _zone(cloud: Cloud, region: str, zone: str, vpc_ref: dict, tags: dict) -> None:
-    public, private = cloud.name("public", zone), cloud.name("private", zone)
+def _zone(part: Part, region: str, zone: str, vpc_ref: dict, tags: dict) -> None:
+    public, private = part.name("public", zone), part.name("private", zone)
     for tier, name, cidr, role in (
         ("public", public, public_cidr(region, zone), "kubernetes.io/role/elb"),
         ("private", private, private_cidr(region, zone), "kubernetes.io/role/internal-elb"),
     ):
-        cloud.managed(
+        part.managed(
             f"subnet-{tier}-{zone}",
             EC2,
             "Subnet",
@@ -135,62 +139,62 @@ def _zone(cloud: Cloud, region: str, zone: str, vpc_ref: dict, tags: dict) -> No
             },
             labels={"modelplane.ai/zone": zone, "modelplane.ai/subnet-tier": tier},
         )
-    cloud.managed(
+    part.managed(
         f"route-table-association-public-{zone}",
         EC2,
         "RouteTableAssociation",
-        cloud.name("rta-public", zone),
+        part.name("rta-public", zone),
         {
             "region": region,
-            "routeTableIdRef": {"name": cloud.name("rt-public")},
+            "routeTableIdRef": {"name": part.name("rt-public")},
             "subnetIdRef": {"name": public},
         },
     )
-    cloud.managed(
+    part.managed(
         f"nat-eip-{zone}",
         EC2,
         "EIP",
-        cloud.name("nat-eip", zone),
+        part.name("nat-eip", zone),
         {"region": region, "domain": "vpc", "tags": tags},
     )
-    cloud.managed(
+    part.managed(
         f"nat-gateway-{zone}",
         EC2,
         "NATGateway",
-        cloud.name("nat", zone),
+        part.name("nat", zone),
         {
             "region": region,
-            "allocationIdRef": {"name": cloud.name("nat-eip", zone)},
+            "allocationIdRef": {"name": part.name("nat-eip", zone)},
             "subnetIdRef": {"name": public},
             "connectivityType": "public",
             "tags": tags,
         },
     )
-    table = cloud.name("rt-private", zone)
-    cloud.managed(
+    table = part.name("rt-private", zone)
+    part.managed(
         f"route-table-private-{zone}",
         EC2,
         "RouteTable",
         table,
         {"region": region, **vpc_ref, "tags": tags},
     )
-    cloud.managed(
+    part.managed(
         f"route-private-default-{zone}",
         EC2,
         "Route",
-        cloud.name("route-private", zone),
+        part.name("route-private", zone),
         {
             "region": region,
             "routeTableIdRef": {"name": table},
             "destinationCidrBlock": "0.0.0.0/0",
-            "natGatewayIdRef": {"name": cloud.name("nat", zone)},
+            "natGatewayIdRef": {"name": part.name("nat", zone)},
         },
     )
-    cloud.managed(
+    part.managed(
         f"route-table-association-private-{zone}",
         EC2,
         "RouteTableAssociation",
-        cloud.name("rta-private", zone),
+        part.name("rta-private", zone),
         {
             "region": region,
             "routeTableIdRef": {"name": table},
@@ -199,14 +203,14 @@ def _zone(cloud: Cloud, region: str, zone: str, vpc_ref: dict, tags: dict) -> No
     )
     # provider-upjet-aws v2.6.0 reports a VPCEndpoint's routeTableIds in status only: each route
     # table is attached by an association of its own (SOURCES.md of ../shared/crds).
-    cloud.managed(
+    part.managed(
         f"vpc-endpoint-s3-private-{zone}",
         EC2,
         "VPCEndpointRouteTableAssociation",
-        cloud.name("vpce-s3-rt", zone),
+        part.name("vpce-s3-rt", zone),
         {
             "region": region,
-            "vpcEndpointIdRef": {"name": cloud.name("vpce-s3")},
+            "vpcEndpointIdRef": {"name": part.name("vpce-s3")},
             "routeTableIdRef": {"name": table},
         },
     )

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from function import kube, names, providerconfigs
+from function import caches, forcenew, kube, names, providerconfigs
 from function.clusters.facts import ClusterFacts
 from function.failures import failure
 from function.inputs import Inputs, ObservedResource
@@ -67,6 +67,55 @@ class Pool:
     @property
     def name(self) -> str:
         return self.spec.name
+
+
+def managed_body(
+    credentials: Credentials,
+    api_version: str,
+    kind: str,
+    name: str,
+    for_provider: dict,
+    *,
+    init_provider: dict | None = None,
+    policies: list[str] | None = None,
+    labels: dict | None = None,
+    annotations: dict | None = None,
+    connection_secret: str | None = None,
+) -> dict:
+    """A namespaced managed resource in modelplane-system, authenticated by credentials."""
+    metadata: dict = {"name": name, "namespace": names.SYSTEM_NAMESPACE}
+    if labels:
+        metadata["labels"] = labels
+    if annotations:
+        metadata["annotations"] = annotations
+    spec: dict = {
+        "providerConfigRef": {"kind": credentials.type, "name": credentials.name},
+        "forProvider": for_provider,
+    }
+    if init_provider:
+        spec["initProvider"] = init_provider
+    if policies:
+        spec["managementPolicies"] = policies
+    if connection_secret:
+        spec["writeConnectionSecretToRef"] = {"name": connection_secret}
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec}
+
+
+class Part:
+    """What Cloud.made_once hands a part's maker: the cluster's names and its managed resources'
+    bodies, and nothing observed."""
+
+    def __init__(self, xr: str, credentials: Credentials) -> None:
+        self.xr = xr
+        self.credentials = credentials
+        self.bodies: dict[str, dict] = {}
+
+    def name(self, *parts: str, limit: int = 63) -> str:
+        return names.cloud_name(self.xr, *parts, limit=limit)
+
+    def managed(self, key: str, *args: Any, **kw: Any) -> dict:
+        body = self.bodies[key] = managed_body(self.credentials, *args, **kw)
+        return body
 
 
 @dataclass
@@ -145,39 +194,29 @@ class Cloud:
             body=body, ready=self.is_ready(key) if ready is None else ready
         )
 
-    def managed(
-        self,
-        key: str,
-        api_version: str,
-        kind: str,
-        name: str,
-        for_provider: dict,
-        *,
-        init_provider: dict | None = None,
-        policies: list[str] | None = None,
-        labels: dict | None = None,
-        annotations: dict | None = None,
-        connection_secret: str | None = None,
-    ) -> dict:
-        """A namespaced managed resource in modelplane-system, authenticated by the credentials."""
-        metadata: dict = {"name": name, "namespace": names.SYSTEM_NAMESPACE}
-        if labels:
-            metadata["labels"] = labels
-        if annotations:
-            metadata["annotations"] = annotations
-        spec: dict = {
-            "providerConfigRef": {"kind": self.credentials.type, "name": self.credentials.name},
-            "forProvider": for_provider,
-        }
-        if init_provider:
-            spec["initProvider"] = init_provider
-        if policies:
-            spec["managementPolicies"] = policies
-        if connection_secret:
-            spec["writeConnectionSecretToRef"] = {"name": connection_secret}
-        body = {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec}
+    def managed(self, key: str, *args: Any, **kw: Any) -> dict:
+        """A namespaced managed resource in modelplane-system, authenticated by the credentials
+        (managed_body)."""
+        body = managed_body(self.credentials, *args, **kw)
         self.add(key, body)
         return body
+
+    def made_once(self, part: str, make: Callable[..., None], *args: Any) -> None:
+        """Compose the managed resources make(Part, *args) makes. make is handed no Cloud: what
+        it makes comes of the cluster's name, its credentials and args alone, so it is made once
+        and shared while they stay the same (caches.part), and each resource is ready by its own
+        Ready condition."""
+        creds = self.credentials
+        made = caches.part(
+            self.xr, part, (creds.type, creds.name, *args), lambda: self._made(make, args)
+        )
+        for key, (body, frozen) in made.items():
+            self.resources[key] = Desired(body, self.is_ready(key), shared=True, frozen=frozen)
+
+    def _made(self, make: Callable[..., None], args: tuple) -> dict[str, tuple[dict, Any]]:
+        part = Part(self.xr, self.credentials)
+        make(part, *args)
+        return {key: (body, forcenew.composed(body)) for key, body in part.bodies.items()}
 
     def when(self, key: str, ready_to_compose: bool, waits_for: str) -> bool:
         """Whether key is composed this time: once what it needs is there, and forever after."""

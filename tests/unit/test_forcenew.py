@@ -78,6 +78,31 @@ def test_a_gke_pool_made_with_gkes_driver_keeps_it_and_says_how_to_move():
     assert others == {k: d.body for k, d in out.resources.items() if k != key}
 
 
+def test_a_shared_body_keeps_its_live_value_and_stays_as_made():
+    """A subnet the network part makes once a cluster (Cloud.made_once, shared) whose live CIDR
+    differs keeps it, on a copy: the next composition of the same cluster still gets the body as
+    made."""
+    xr, classes = example("eks")
+    req = required("eks", classes)
+    out = sim.converge(xr, req)
+    key = next(k for k in out.resources if k.startswith("subnet-private-"))
+    made = out.resources[key]
+    assert made.shared and made.frozen
+
+    def moved(k, body):
+        if k == key:
+            body["spec"]["forProvider"]["cidrBlock"] = "10.0.240.0/20"
+
+    again = compose_cluster(xr, req, sim.observed_from(out, moved))
+    assert again.resources[key].body["spec"]["forProvider"]["cidrBlock"] == "10.0.240.0/20"
+    assert not again.resources[key].shared
+    (warning,) = [r for r in again.results if r.reason == "KeptLiveField"]
+    assert "forProvider.cidrBlock stays" in warning.message
+    after = compose_cluster(xr, req, sim.reported(out))
+    assert after.resources[key].body is made.body
+    assert made.body["spec"]["forProvider"]["cidrBlock"] != "10.0.240.0/20"
+
+
 def test_a_new_resource_takes_the_new_value():
     xr, classes = example("gke")
     req = required("gke", classes)
@@ -274,12 +299,12 @@ def test_every_composed_cloud_kind_is_classified():
 
 
 @pytest.mark.parametrize("source", sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir()))
-def test_no_shared_body_is_of_a_kind_with_frozen_fields(source):
-    """keep_live passes over shared bodies (the stack's, Usages, probes, detectors: made once a
-    cluster) without reading them: that is only right while none is of a kind with a frozen
-    field."""
+def test_every_shared_body_comes_with_its_frozen_fields(source):
+    """keep_live reads a shared body (made once a cluster: the stack's, Usages, probes,
+    detectors, a cloud's parts) only when it comes with frozen fields: that is only right while
+    every shared body comes with its kind's."""
     xr, classes = example(source)
     out = sim.converge(xr, required(source, classes), world_for(xr))
-    shared = {k: d.body for k, d in out.resources.items() if d.shared}
+    shared = {k: d for k, d in out.resources.items() if d.shared}
     assert shared
-    assert not [k for k, body in shared.items() if forcenew._frozen_of(body)]
+    assert not [k for k, d in shared.items() if d.frozen != forcenew.composed(d.body)]
