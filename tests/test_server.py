@@ -275,6 +275,20 @@ def scaled(req: fnv1.RunFunctionRequest) -> None:
     composite["metadata"]["resourceVersion"] = "48214"
 
 
+def zoned(req: fnv1.RunFunctionRequest) -> None:
+    """A zone the cluster has no subnets in yet: the network and storage parts are made again."""
+    composite = req.observed.composite.resource
+    composite["spec"]["nodePools"][1]["zones"] = ["us-east-2d"]
+    composite["metadata"]["resourceVersion"] = "48214"
+
+
+def credentials_moved(req: fnv1.RunFunctionRequest) -> None:
+    """Other credentials: every managed resource, the shared parts' too, names them."""
+    composite = req.observed.composite.resource
+    composite["spec"]["cluster"]["eks"]["credentials"] = {"name": "other"}
+    composite["metadata"]["resourceVersion"] = "48214"
+
+
 def classes_gone(req: fnv1.RunFunctionRequest) -> None:
     del req.required_resources["inference-classes"].items[:]
 
@@ -301,6 +315,8 @@ def kinds_gone(req: fnv1.RunFunctionRequest) -> None:
     ("change", "shows"),
     [
         (scaled, True),
+        (zoned, True),
+        (credentials_moved, True),
         (classes_gone, True),
         (vpc_creating, True),
         (vpc_gone, True),
@@ -464,7 +480,7 @@ def test_a_cluster_no_longer_reconciled_leaves_nothing_behind(monkeypatch):
     for minute in range(1, 12):
         now[0] = 60.0 * minute
         run_reconcile(runner.answer, live)
-    grouped = (caches.SEEN, caches.NAMES, caches.USAGES, caches.BODIES)
+    grouped = (caches.SEEN, caches.NAMES, caches.USAGES, caches.BODIES, caches.PARTS)
     names = {k for g in grouped for k in g._items} | {k[0] for k in caches.COMPOSED._items}
     assert names == {"eks-worst-0001"}
     assert len(caches.TAGGED) == 2  # the live cluster's two calls

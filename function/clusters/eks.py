@@ -18,6 +18,7 @@ from function.clusters.base import (
     SYSTEM_LABELS,
     SYSTEM_NODES,
     Cloud,
+    Part,
     Pool,
     minor,
     pool_labels,
@@ -89,6 +90,235 @@ def trusted_by(service: str, *actions: str) -> str:
     )
 
 
+def autoscaler_policy(cluster_name: str) -> str:
+    """Least privilege: change only this cluster's node groups' Auto Scaling groups."""
+    return policy(
+        [
+            {
+                "Effect": "Allow",
+                "Action": [
+                    "autoscaling:SetDesiredCapacity",
+                    "autoscaling:TerminateInstanceInAutoScalingGroup",
+                ],
+                "Resource": "*",
+                "Condition": {
+                    "StringEquals": {
+                        f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": ("owned")
+                    }
+                },
+            },
+            {
+                "Effect": "Allow",
+                "Action": [
+                    "autoscaling:DescribeAutoScalingGroups",
+                    "autoscaling:DescribeAutoScalingInstances",
+                    "autoscaling:DescribeLaunchConfigurations",
+                    "autoscaling:DescribeScalingActivities",
+                    "autoscaling:DescribeTags",
+                    "ec2:DescribeImages",
+                    "ec2:DescribeInstanceTypes",
+                    "ec2:DescribeLaunchTemplateVersions",
+                    "ec2:GetInstanceTypesFromInstanceRequirements",
+                    "eks:DescribeNodegroup",
+                ],
+                "Resource": "*",
+            },
+        ]
+    )
+
+
+_PODS = trusted_by("pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession")
+# The cluster's IAM roles: who assumes each, and its AWS-managed policies (attachment key suffix
+# -> policy ARN). The cluster-autoscaler's role has a policy of its own (autoscaler_policy).
+ROLES: dict[str, tuple[str, dict[str, str]]] = {
+    "cluster": (
+        trusted_by("eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"),
+        {"eks": AWS_POLICY + "AmazonEKSClusterPolicy"},
+    ),
+    "node": (
+        trusted_by("ec2.amazonaws.com"),
+        {
+            "worker": AWS_POLICY + "AmazonEKSWorkerNodePolicy",
+            "cni": AWS_POLICY + "AmazonEKS_CNI_Policy",
+            "ecr": AWS_POLICY + "AmazonEC2ContainerRegistryReadOnly",
+        },
+    ),
+    "efs-csi": (_PODS, {"efs": AWS_POLICY + "service-role/AmazonEFSCSIDriverPolicy"}),
+    "cluster-autoscaler": (_PODS, {}),
+}
+
+
+def _iam(part: Part, cluster_name: str, tags: dict) -> None:
+    """Each role of ROLES and its policy attachments, and the cluster-autoscaler's policy."""
+    for key, (trust, policies) in ROLES.items():
+        role = part.name("role", key)
+        part.managed(
+            f"iam-role-{key}", IAM, "Role", role, {"assumeRolePolicy": trust, "tags": tags}
+        )
+        for suffix, arn in policies.items():
+            part.managed(
+                f"iam-attach-{key}-{suffix}",
+                IAM,
+                "RolePolicyAttachment",
+                part.name("attach", key, suffix),
+                {"policyArn": arn, "roleRef": {"name": role}},
+            )
+    part.managed(
+        "iam-policy-cluster-autoscaler",
+        IAM,
+        "Policy",
+        part.name("policy", "cluster-autoscaler"),
+        {"policy": autoscaler_policy(cluster_name), "tags": tags},
+    )
+    part.managed(
+        "iam-attach-cluster-autoscaler-policy",
+        IAM,
+        "RolePolicyAttachment",
+        part.name("attach", "cluster-autoscaler", "policy"),
+        {
+            "policyArnRef": {"name": part.name("policy", "cluster-autoscaler")},
+            "roleRef": {"name": part.name("role", "cluster-autoscaler")},
+        },
+    )
+
+
+def _storage(part: Part, region: str, tags: dict, zones: list[str]) -> None:
+    """An encrypted EFS file system, NFS from the VPC only, a mount target in every zone."""
+    part.managed(
+        "efs-filesystem",
+        EFS,
+        "FileSystem",
+        part.name("efs"),
+        {
+            "region": region,
+            "creationToken": part.name("efs"),
+            "encrypted": True,
+            "performanceMode": "generalPurpose",
+            "throughputMode": "elastic",
+            # A cache no one read for 30 days (a deleted cache's files among them: the
+            # driver does not delete them, below) moves to Infrequent Access, priced a
+            # fraction of Standard per GiB, and back on its first read (EFS lifecycle
+            # management; one transition per policy block, as the API takes them).
+            "lifecyclePolicy": [
+                {"transitionToIa": "AFTER_30_DAYS"},
+                {"transitionToPrimaryStorageClass": "AFTER_1_ACCESS"},
+            ],
+            "tags": tags,
+        },
+    )
+    group = part.name("efs-nfs")
+    part.managed(
+        "efs-security-group",
+        EC2,
+        "SecurityGroup",
+        group,
+        {
+            "region": region,
+            "name": group,
+            "description": "NFS to the model cache file system from the cluster's VPC",
+            "vpcIdRef": {"name": part.name("vpc")},
+            "tags": tags,
+        },
+        labels={"modelplane.ai/sg-role": "efs"},
+    )
+    part.managed(
+        "efs-security-group-ingress",
+        EC2,
+        "SecurityGroupIngressRule",
+        part.name("efs-nfs", "ingress"),
+        {
+            "region": region,
+            "securityGroupIdRef": {"name": group},
+            "cidrIpv4": aws_network.VPC_CIDR,
+            "ipProtocol": "tcp",
+            "fromPort": 2049,
+            "toPort": 2049,
+            "tags": tags,
+        },
+    )
+    for zone in zones:
+        part.managed(
+            f"efs-mount-target-{zone}",
+            EFS,
+            "MountTarget",
+            part.name("efs-mt", zone),
+            {
+                "region": region,
+                "fileSystemIdRef": {"name": part.name("efs")},
+                "subnetIdRef": {"name": part.name("private", zone)},
+                "securityGroupsRefs": [{"name": group}],
+            },
+        )
+
+
+def _efa_security_group(part: Part, region: str, tags: dict) -> None:
+    """All traffic between EFA interfaces: a group that admits itself, both ways."""
+    group = part.name("efa")
+    part.managed(
+        "efa-security-group",
+        EC2,
+        "SecurityGroup",
+        group,
+        {
+            "region": region,
+            "name": group,
+            "description": "EFA traffic between the GPU nodes of one cluster",
+            "vpcIdRef": {"name": part.name("vpc")},
+            "tags": tags,
+        },
+        labels={"modelplane.ai/fabric": "EFA"},
+    )
+    for direction, kind in (
+        ("ingress", "SecurityGroupIngressRule"),
+        ("egress", "SecurityGroupEgressRule"),
+    ):
+        part.managed(
+            f"efa-security-group-{direction}",
+            EC2,
+            kind,
+            part.name("efa", direction),
+            {
+                "region": region,
+                "securityGroupIdRef": {"name": group},
+                "referencedSecurityGroupIdRef": {"name": group},
+                "ipProtocol": "-1",
+                "tags": tags,
+            },
+        )
+
+
+def _access(part: Part, region: str, cluster_name: str, tags: dict) -> None:
+    """The cluster's kubeconfig (ClusterAuth), and the Pod Identity associations of the EFS CSI
+    controller and the cluster-autoscaler with their roles."""
+    cluster_ref = {"clusterNameRef": {"name": cluster_name}}
+    part.managed(
+        "cluster-auth",
+        EKS_API,
+        "ClusterAuth",
+        part.name("auth"),
+        {"region": region, **cluster_ref},
+        connection_secret=names.kubeconfig_secret(part.xr),
+    )
+    for key, namespace, account in (
+        ("efs-csi", "kube-system", "efs-csi-controller-sa"),
+        ("cluster-autoscaler", "kube-system", "cluster-autoscaler"),
+    ):
+        part.managed(
+            f"pod-identity-{key}",
+            EKS_API,
+            "PodIdentityAssociation",
+            part.name("pod-identity", key),
+            {
+                "region": region,
+                **cluster_ref,
+                "namespace": namespace,
+                "serviceAccount": account,
+                "roleArnRef": {"name": part.name("role", key)},
+                "tags": tags,
+            },
+        )
+
+
 class EKSCluster:
     def __init__(self, cloud: Cloud, settings: EKS) -> None:
         self.cloud = cloud
@@ -143,66 +373,19 @@ class EKSCluster:
 
     # --- IAM ------------------------------------------------------------------------------------
 
-    def role(self, key: str, trust: str, policies: dict[str, str]) -> None:
-        """An IAM role and its policy attachments (attachment key suffix -> policy ARN)."""
-        c = self.cloud
-        self.identity[key] = [f"iam-role-{key}", *(f"iam-attach-{key}-{s}" for s in policies)]
-        c.managed(
-            f"iam-role-{key}",
-            IAM,
-            "Role",
-            c.name("role", key),
-            {"assumeRolePolicy": trust, "tags": self.tags},
-        )
-        for suffix, arn in policies.items():
-            c.managed(
-                f"iam-attach-{key}-{suffix}",
-                IAM,
-                "RolePolicyAttachment",
-                c.name("attach", key, suffix),
-                {"policyArn": arn, "roleRef": {"name": c.name("role", key)}},
-            )
-
     def iam(self) -> None:
-        c = self.cloud
-        self.role(
-            "cluster",
-            trusted_by("eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"),
-            {"eks": AWS_POLICY + "AmazonEKSClusterPolicy"},
-        )
-        self.role(
-            "node",
-            trusted_by("ec2.amazonaws.com"),
-            {
-                "worker": AWS_POLICY + "AmazonEKSWorkerNodePolicy",
-                "cni": AWS_POLICY + "AmazonEKS_CNI_Policy",
-                "ecr": AWS_POLICY + "AmazonEC2ContainerRegistryReadOnly",
-            },
-        )
-        pods = trusted_by("pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession")
-        self.role("efs-csi", pods, {"efs": AWS_POLICY + "service-role/AmazonEFSCSIDriverPolicy"})
-        c.managed(
-            "iam-policy-cluster-autoscaler",
-            IAM,
-            "Policy",
-            c.name("policy", "cluster-autoscaler"),
-            {"policy": self.autoscaler_policy(), "tags": self.tags},
-        )
-        self.role("cluster-autoscaler", pods, {})
+        """The cluster's IAM (made once a cluster: _iam), and which resources make up each
+        role's identity."""
+        self.cloud.made_once("iam", _iam, self.cluster_name, self.tags)
+        for role, (_, policies) in ROLES.items():
+            self.identity[role] = [
+                f"iam-role-{role}",
+                *(f"iam-attach-{role}-{s}" for s in policies),
+            ]
         self.identity["cluster-autoscaler"] += [
             "iam-policy-cluster-autoscaler",
             "iam-attach-cluster-autoscaler-policy",
         ]
-        c.managed(
-            "iam-attach-cluster-autoscaler-policy",
-            IAM,
-            "RolePolicyAttachment",
-            c.name("attach", "cluster-autoscaler", "policy"),
-            {
-                "policyArnRef": {"name": c.name("policy", "cluster-autoscaler")},
-                "roleRef": {"name": c.name("role", "cluster-autoscaler")},
-            },
-        )
 
     def identities_outlive_their_users(self, node_groups: set[str]) -> None:
         """Every IAM role, policy and attachment outlives what acts with it, so a deletion never
@@ -228,44 +411,6 @@ class EKSCluster:
         # cannot do with their nodes gone; the chain up to ClusterAuth would then never end, and
         # the NAT gateways, EIPs, EFS and control plane keep billing.
         self.cloud.outlives.extend((group, "cluster-auth") for group in sorted(node_groups))
-
-    def autoscaler_policy(self) -> str:
-        """Least privilege: change only this cluster's node groups' Auto Scaling groups."""
-        return policy(
-            [
-                {
-                    "Effect": "Allow",
-                    "Action": [
-                        "autoscaling:SetDesiredCapacity",
-                        "autoscaling:TerminateInstanceInAutoScalingGroup",
-                    ],
-                    "Resource": "*",
-                    "Condition": {
-                        "StringEquals": {
-                            f"aws:ResourceTag/k8s.io/cluster-autoscaler/{self.cluster_name}": (
-                                "owned"
-                            )
-                        }
-                    },
-                },
-                {
-                    "Effect": "Allow",
-                    "Action": [
-                        "autoscaling:DescribeAutoScalingGroups",
-                        "autoscaling:DescribeAutoScalingInstances",
-                        "autoscaling:DescribeLaunchConfigurations",
-                        "autoscaling:DescribeScalingActivities",
-                        "autoscaling:DescribeTags",
-                        "ec2:DescribeImages",
-                        "ec2:DescribeInstanceTypes",
-                        "ec2:DescribeLaunchTemplateVersions",
-                        "ec2:GetInstanceTypesFromInstanceRequirements",
-                        "eks:DescribeNodegroup",
-                    ],
-                    "Resource": "*",
-                },
-            ]
-        )
 
     # --- the control plane ----------------------------------------------------------------------
 
@@ -344,34 +489,9 @@ class EKSCluster:
                 "tags": self.tags,
             },
         )
-        cluster_ref = {"clusterNameRef": {"name": self.cluster_name}}
-        self.mr(
-            "cluster-auth",
-            EKS_API,
-            "ClusterAuth",
-            c.name("auth"),
-            cluster_ref,
-            connection_secret=names.kubeconfig_secret(c.xr),
-        )
+        self.cloud.made_once("access", _access, self.region, self.cluster_name, self.tags)
         for addon in EKS_ADDONS:
-            self.addon(addon, cluster_ref)
-        for key, namespace, account in (
-            ("efs-csi", "kube-system", "efs-csi-controller-sa"),
-            ("cluster-autoscaler", "kube-system", "cluster-autoscaler"),
-        ):
-            self.mr(
-                f"pod-identity-{key}",
-                EKS_API,
-                "PodIdentityAssociation",
-                c.name("pod-identity", key),
-                {
-                    **cluster_ref,
-                    "namespace": namespace,
-                    "serviceAccount": account,
-                    "roleArnRef": {"name": c.name("role", key)},
-                    "tags": self.tags,
-                },
-            )
+            self.addon(addon, {"clusterNameRef": {"name": self.cluster_name}})
 
     def addon(self, addon: str, cluster_ref: dict) -> None:
         c = self.cloud
@@ -817,38 +937,7 @@ class EKSCluster:
         return sizes, None
 
     def efa_security_group(self) -> None:
-        """All traffic between EFA interfaces: a group that admits itself, both ways."""
-        c = self.cloud
-        group = c.name("efa")
-        self.mr(
-            "efa-security-group",
-            EC2,
-            "SecurityGroup",
-            group,
-            {
-                "name": group,
-                "description": "EFA traffic between the GPU nodes of one cluster",
-                "vpcIdRef": {"name": c.name("vpc")},
-                "tags": self.tags,
-            },
-            labels={"modelplane.ai/fabric": "EFA"},
-        )
-        for direction, kind in (
-            ("ingress", "SecurityGroupIngressRule"),
-            ("egress", "SecurityGroupEgressRule"),
-        ):
-            self.mr(
-                f"efa-security-group-{direction}",
-                EC2,
-                kind,
-                c.name("efa", direction),
-                {
-                    "securityGroupIdRef": {"name": group},
-                    "referencedSecurityGroupIdRef": {"name": group},
-                    "ipProtocol": "-1",
-                    "tags": self.tags,
-                },
-            )
+        self.cloud.made_once("efa-security-group", _efa_security_group, self.region, self.tags)
 
     def check_shape(self, pool: Pool, facts: shapes.EC2Type | None) -> None:
         c, shape = self.cloud, pool.shape
@@ -876,68 +965,8 @@ class EKSCluster:
     # --- storage --------------------------------------------------------------------------------
 
     def storage(self) -> None:
-        c = self.cloud
-        self.mr(
-            "efs-filesystem",
-            EFS,
-            "FileSystem",
-            c.name("efs"),
-            {
-                "creationToken": c.name("efs"),
-                "encrypted": True,
-                "performanceMode": "generalPurpose",
-                "throughputMode": "elastic",
-                # A cache no one read for 30 days (a deleted cache's files among them: the
-                # driver does not delete them, below) moves to Infrequent Access, priced a
-                # fraction of Standard per GiB, and back on its first read (EFS lifecycle
-                # management; one transition per policy block, as the API takes them).
-                "lifecyclePolicy": [
-                    {"transitionToIa": "AFTER_30_DAYS"},
-                    {"transitionToPrimaryStorageClass": "AFTER_1_ACCESS"},
-                ],
-                "tags": self.tags,
-            },
-        )
-        group = c.name("efs-nfs")
-        self.mr(
-            "efs-security-group",
-            EC2,
-            "SecurityGroup",
-            group,
-            {
-                "name": group,
-                "description": "NFS to the model cache file system from the cluster's VPC",
-                "vpcIdRef": {"name": c.name("vpc")},
-                "tags": self.tags,
-            },
-            labels={"modelplane.ai/sg-role": "efs"},
-        )
-        self.mr(
-            "efs-security-group-ingress",
-            EC2,
-            "SecurityGroupIngressRule",
-            c.name("efs-nfs", "ingress"),
-            {
-                "securityGroupIdRef": {"name": group},
-                "cidrIpv4": aws_network.VPC_CIDR,
-                "ipProtocol": "tcp",
-                "fromPort": 2049,
-                "toPort": 2049,
-                "tags": self.tags,
-            },
-        )
-        for zone in self.zones:
-            self.mr(
-                f"efs-mount-target-{zone}",
-                EFS,
-                "MountTarget",
-                c.name("efs-mt", zone),
-                {
-                    "fileSystemIdRef": {"name": c.name("efs")},
-                    "subnetIdRef": {"name": c.name("private", zone)},
-                    "securityGroupsRefs": [{"name": group}],
-                },
-            )
+        """The model cache's file system (made once a cluster: _storage)."""
+        self.cloud.made_once("storage", _storage, self.region, self.tags, self.zones)
 
     # --- on the cluster -------------------------------------------------------------------------
 

@@ -187,3 +187,26 @@ def test_a_kept_composition_holds_only_while_its_clock_comparisons_do():
         after = caches.composition(where, given, {}, compose, answer)
     assert after is not before and (before.ready, after.ready) == (False, True)
     assert [o.clock for o in made] == [((starts, False),), ((starts, True),)]
+
+
+def test_a_part_is_made_once_for_the_same_arguments_and_the_last_one_only_is_kept():
+    """A cloud's part (Cloud.made_once) is made again only when what it is made of changes, is
+    then kept in place of the one before, and weighs what its bodies hold."""
+    caches.forget()
+    made: list[tuple] = []
+
+    def make(*args):
+        made.append(args)
+        return {"vpc": ({"spec": {"forProvider": {"region": args[0]}}}, None)}
+
+    first = caches.part("c", "network", ("us-east-2", {"a": "1"}, ["x"]), lambda: make("us-east-2"))
+    again = caches.part("c", "network", ("us-east-2", {"a": "1"}, ["x"]), lambda: make("other"))
+    assert again is first and made == [("us-east-2",)]
+    held = caches.PARTS.held
+    assert held > caches.DICT_WEIGHT * 20
+    for args in (("us-east-2", {"a": "2"}, ["x"]), ("us-east-2", {"a": "2"}, ["x", "y"])):
+        moved = caches.part("c", "network", args, lambda a=args: make(*a))
+        assert moved is not first and made[-1] == args
+    assert caches.part("d", "network", ("us-east-2", {"a": "1"}, ["x"]), lambda: make("d"))
+    assert len(caches.PARTS.group("c").items) == 1 and len(caches.PARTS) == 2
+    caches.forget()
