@@ -9,12 +9,13 @@ function answers with). Nearly all of those calls repeat an earlier one, so the 
   nothing new;
 - observed resources as last read (SEEN) and required resources converted (REQUIRED);
 - what is made of content alone and shared by identity: encoded bodies (ENCODED), validated models
-  (PARSED), the serving stack's bodies (BODIES), Usages (USAGES) and children's names (NAMES).
+  (PARSED), the serving stack's bodies (BODIES), a cloud's parts (PARTS), Usages (USAGES) and
+  children's names (NAMES).
 
 What a cluster has many small entries of (what was read of its observed resources, its
-children's names, its stack bodies, Usages and encoded entries) is kept in one group a cluster
-(Groups): a composition finds its cluster's group once and each item in that small map, not
-hundreds of items in a fleet's map of every cluster's, whose lookups reach memory the
+children's names, its stack bodies, cloud parts, Usages and encoded entries) is kept in one group
+a cluster (Groups): a composition finds its cluster's group once and each item in that small map,
+not hundreds of items in a fleet's map of every cluster's, whose lookups reach memory the
 processor's caches have let go (docs/performance.md "Caches with a fleet").
 
 Every entry is weighed in bytes (what it holds, estimated from its encoded size) against one

@@ -451,7 +451,7 @@ def _frozen_of(body: dict) -> _Kind | None:
     return by_group.get(body.get("apiVersion", "").partition("/")[0])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Composed:
     """What keep_live compares an observed resource with: the frozen fields of the composed
     body's kind, its kind, and the values it sets them to (as _values gives them)."""
