@@ -535,15 +535,17 @@ BODIES = Groups(
 PARTS = Groups("cloud parts", lambda _, kept: len(kept[0]) + kept[2])
 
 
-def part(cluster: str, name: str, args: tuple, make: Callable[[], dict]) -> dict:
-    """make(), kept as the part `name` of cluster while args (plain data) are the same: marshal
-    version 2 writes equal values alike (no references), and equal bytes are equal values."""
+def part(cluster: str, name: str, args: tuple, make: Callable[[tuple], dict]) -> dict:
+    """make(args), kept as the part `name` of cluster while args (plain data) are the same:
+    marshal version 2 writes equal values alike (no references), and equal bytes are equal
+    values. make is given a copy of args, read back from those bytes, so what it makes shares
+    nothing with the caller's objects and is made of exactly what it is kept by."""
     made_of = marshal.dumps(args, 2)
     group = PARTS.group(cluster)
     kept = group.items.get(name)
     if kept is not None and kept[0] == made_of:
         return kept[1]
-    made = make()
+    made = make(marshal.loads(made_of))  # noqa: S302 - ours
     held = DICT_WEIGHT * len(marshal.dumps([body for body, _ in made.values()]))
     group.add(name, (made_of, made, held))
     return made

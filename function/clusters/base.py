@@ -208,13 +208,15 @@ class Cloud:
         Ready condition."""
         creds = self.credentials
         made = caches.part(
-            self.xr, part, (creds.type, creds.name, *args), lambda: self._made(make, args)
+            self.xr, part, (creds.type, creds.name, *args), lambda kept: self._made(make, *kept)
         )
         for key, (body, frozen) in made.items():
             self.resources[key] = Desired(body, self.is_ready(key), shared=True, frozen=frozen)
 
-    def _made(self, make: Callable[..., None], args: tuple) -> dict[str, tuple[dict, Any]]:
-        part = Part(self.xr, self.credentials)
+    def _made(
+        self, make: Callable[..., None], type_: str, name: str, *args: Any
+    ) -> dict[str, tuple[dict, Any]]:
+        part = Part(self.xr, Credentials(type=type_, name=name))
         make(part, *args)
         return {key: (body, forcenew.composed(body)) for key, body in part.bodies.items()}
 

@@ -195,18 +195,20 @@ def test_a_part_is_made_once_for_the_same_arguments_and_the_last_one_only_is_kep
     caches.forget()
     made: list[tuple] = []
 
-    def make(*args):
+    def make(args):
         made.append(args)
-        return {"vpc": ({"spec": {"forProvider": {"region": args[0]}}}, None)}
+        return {"vpc": ({"spec": {"forProvider": {"region": args[0], "tags": args[1]}}}, None)}
 
-    first = caches.part("c", "network", ("us-east-2", {"a": "1"}, ["x"]), lambda: make("us-east-2"))
-    again = caches.part("c", "network", ("us-east-2", {"a": "1"}, ["x"]), lambda: make("other"))
-    assert again is first and made == [("us-east-2",)]
+    tags = {"a": "1"}
+    first = caches.part("c", "network", ("us-east-2", tags, ["x"]), make)
+    again = caches.part("c", "network", ("us-east-2", {"a": "1"}, ["x"]), make)
+    assert again is first and made == [("us-east-2", {"a": "1"}, ["x"])]
+    assert first["vpc"][0]["spec"]["forProvider"]["tags"] is not tags  # made of a copy
     held = caches.PARTS.held
     assert held > caches.DICT_WEIGHT * 20
     for args in (("us-east-2", {"a": "2"}, ["x"]), ("us-east-2", {"a": "2"}, ["x", "y"])):
-        moved = caches.part("c", "network", args, lambda a=args: make(*a))
+        moved = caches.part("c", "network", args, make)
         assert moved is not first and made[-1] == args
-    assert caches.part("d", "network", ("us-east-2", {"a": "1"}, ["x"]), lambda: make("d"))
+    assert caches.part("d", "network", ("us-east-2", {"a": "1"}, ["x"]), make)
     assert len(caches.PARTS.group("c").items) == 1 and len(caches.PARTS) == 2
     caches.forget()
