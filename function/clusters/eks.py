@@ -207,20 +207,9 @@ def _storage(part: Part, region: str, tags: dict, zones: list[str]) -> None:
         },
     )
     group = part.name("efs-nfs")
-    part.managed(
-        "efs-security-group",
-        EC2,
-        "SecurityGroup",
-        group,
-        {
-            "region": region,
-            "name": group,
-            "description": "NFS to the model cache file system from the cluster's VPC",
-            "vpcIdRef": {"name": part.name("vpc")},
-            "tags": tags,
-        },
-        labels={"modelplane.ai/sg-role": "efs"},
-    )
+    description = "NFS to the model cache file system from the cluster's VPC"
+    labels = {"modelplane.ai/sg-role": "efs"}
+    _security_group(part, "efs-security-group", group, description, region, tags, labels)
     part.managed(
         "efs-security-group-ingress",
         EC2,
@@ -251,23 +240,32 @@ def _storage(part: Part, region: str, tags: dict, zones: list[str]) -> None:
         )
 
 
-def _efa_security_group(part: Part, region: str, tags: dict) -> None:
-    """All traffic between EFA interfaces: a group that admits itself, both ways."""
-    group = part.name("efa")
+def _security_group(
+    part: Part, key: str, group: str, description: str, region: str, tags: dict, labels: dict
+) -> None:
+    """A security group of the cluster's VPC, named group (its rules are resources of their own)."""
     part.managed(
-        "efa-security-group",
+        key,
         EC2,
         "SecurityGroup",
         group,
         {
             "region": region,
             "name": group,
-            "description": "EFA traffic between the GPU nodes of one cluster",
+            "description": description,
             "vpcIdRef": {"name": part.name("vpc")},
             "tags": tags,
         },
-        labels={"modelplane.ai/fabric": "EFA"},
+        labels=labels,
     )
+
+
+def _efa_security_group(part: Part, region: str, tags: dict) -> None:
+    """All traffic between EFA interfaces: a group that admits itself, both ways."""
+    group = part.name("efa")
+    description = "EFA traffic between the GPU nodes of one cluster"
+    labels = {"modelplane.ai/fabric": "EFA"}
+    _security_group(part, "efa-security-group", group, description, region, tags, labels)
     for direction, kind in (
         ("ingress", "SecurityGroupIngressRule"),
         ("egress", "SecurityGroupEgressRule"),
