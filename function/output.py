@@ -1,7 +1,10 @@
 """Plain values the renderers return. fn.py alone turns them into protobuf."""
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from function.forcenew import Composed
 
 Severity = Literal["Normal", "Warning", "Fatal"]
 
@@ -17,7 +20,7 @@ class Desired:
     shared: bool = False
     # Of a shared body: its frozen fields and their values (forcenew.composed), found once when
     # it was made, so keep_live reads no shared body unless one moved.
-    frozen: Any = None
+    frozen: "Composed | None" = None
 
 
 @dataclass(frozen=True)

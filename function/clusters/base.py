@@ -215,7 +215,7 @@ class Cloud:
 
     def _made(
         self, make: Callable[..., None], type_: str, name: str, *args: Any
-    ) -> dict[str, tuple[dict, Any]]:
+    ) -> dict[str, tuple[dict, forcenew.Composed | None]]:
         part = Part(self.xr, Credentials(type=type_, name=name))
         make(part, *args)
         return {key: (body, forcenew.composed(body)) for key, body in part.bodies.items()}
