@@ -103,7 +103,7 @@ def autoscaler_policy(cluster_name: str) -> str:
                 "Resource": "*",
                 "Condition": {
                     "StringEquals": {
-                        f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": ("owned")
+                        f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"
                     }
                 },
             },
