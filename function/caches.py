@@ -48,8 +48,8 @@ from function.output import Output
 
 MIB = 1 << 20
 BUDGET_ENV = "FUNCTION_CACHE_MIB"
-# Room for 600 clusters of the largest shape (EKS, 8 pools, Dynamo: 0.83 MiB of entries each) or
-# 1650 small ones (Existing: 0.31 MiB); the entries' weights are within a fifth of what tracemalloc
+# Room for 430 clusters of the largest shape (EKS, 8 pools, Dynamo: 1.18 MiB of entries each) or
+# 2600 small ones (Existing: 0.19 MiB); the entries' weights are within a fifth of what tracemalloc
 # finds them holding (docs/performance.md "Caches with a fleet").
 DEFAULT_BUDGET_MIB = 512
 IDLE_SECONDS = 10 * 60
