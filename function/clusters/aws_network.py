@@ -56,6 +56,7 @@ def render(cloud: Cloud, region: str, cluster_name: str, tags: dict) -> list[str
 
 
 def _network(part: Part, region: str, cluster_name: str, tags: dict, zones: list[str]) -> None:
+    """The network's resources, made once a cluster (Cloud.made_once)."""
     vpc_ref = {"vpcIdRef": {"name": part.name("vpc")}}
     part.managed(
         "vpc",
