@@ -18,10 +18,10 @@ changes to it (filterInitExclusiveDiffs, ignore_changes), so those can never rep
 import copy
 import json
 import marshal
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from function.frozen import RECREATE, Composed, Frozen, FrozenKind
 from function.inputs import Observed, ObservedResource
 from function.output import Desired, Result
 
@@ -30,22 +30,7 @@ TF_AWS = "terraform-provider-aws v6.34.0 (provider-upjet-aws v2.6.0)"
 TF_AZURE = "terraform-provider-azurerm v4.80.0 (provider-upjet-azure v2.7.0)"
 TF_NEBIUS = "terraform-provider-nebius v0.6.22 (provider-upjet-nebius v1.0.1), RequiresReplace"
 TF_VULTR = "terraform-provider-vultr v2.32.0 (provider-upjet-vultr)"
-RECREATE = "delete it and the function creates it again with the new value"
 NODES_GO = "delete it (its nodes and the pods on them go) and the function creates it again"
-
-
-@dataclass(frozen=True)
-class Frozen:
-    """A field under spec.forProvider its provider cannot change in place."""
-
-    path: tuple[str, ...]
-    source: str
-    move: str = RECREATE
-    # Only these changes replace (live, new) -> bool; None: every change.
-    replaces: Callable[[Any, Any], bool] | None = None
-    # What this release offers rather than what the spec asks for: kept and said as Normal, so a
-    # live resource that only misses it is not a Warning at every reconcile.
-    optional: bool = False
 
 
 def _frozen(
@@ -416,29 +401,20 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
 _MISSING = object()
 
 
-@dataclass(frozen=True)
-class _Kind:
-    """The frozen fields of one composed kind, and the name what keep_live reads of an observed
-    resource of that kind is noted under (ObservedResource.derived)."""
-
-    noted_as: str
-    fields: tuple[Frozen, ...]
-
-
 # FORCE_NEW by kind, then by API group: keep_live passes over the kinds it has nothing for (Usages,
 # most of the stack) on their kind alone. An Object is known by its manifest's kind
 # (Object/<kind>), so only the manifests with immutable fields are looked at.
-_BY_KIND: dict[str, dict[str, _Kind]] = {}
-_BY_MANIFEST_KIND: dict[str, dict[str, _Kind]] = {}
+_BY_KIND: dict[str, dict[str, FrozenKind]] = {}
+_BY_MANIFEST_KIND: dict[str, dict[str, FrozenKind]] = {}
 for (_group, _kind), _fields in FORCE_NEW.items():
-    _entry = _Kind(f"frozen {_group}/{_kind}", _fields)
+    _entry = FrozenKind(f"frozen {_group}/{_kind}", _fields)
     if _kind.startswith("Object/"):
         _BY_MANIFEST_KIND.setdefault(_kind.removeprefix("Object/"), {})[_group] = _entry
     else:
         _BY_KIND.setdefault(_kind, {})[_group] = _entry
 
 
-def _frozen_of(body: dict) -> _Kind | None:
+def _frozen_of(body: dict) -> FrozenKind | None:
     """The frozen fields of a composed resource's kind, if it has any."""
     kind = body.get("kind")
     if kind == "Object":
@@ -449,16 +425,6 @@ def _frozen_of(body: dict) -> _Kind | None:
     if by_group is None:
         return None
     return by_group.get(body.get("apiVersion", "").partition("/")[0])
-
-
-@dataclass(frozen=True, slots=True)
-class Composed:
-    """What keep_live compares an observed resource with: the frozen fields of the composed
-    body's kind, its kind, and the values it sets them to (as _values gives them)."""
-
-    of: _Kind
-    kind: str
-    values: bytes
 
 
 def composed(body: dict) -> Composed | None:

@@ -1,10 +1,9 @@
 """Plain values the renderers return. fn.py alone turns them into protobuf."""
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from function.forcenew import Composed
+from function.frozen import Composed
 
 Severity = Literal["Normal", "Warning", "Fatal"]
 
@@ -20,7 +19,7 @@ class Desired:
     shared: bool = False
     # Of a shared body: its frozen fields and their values (forcenew.composed), found once when
     # it was made, so keep_live reads no shared body unless one moved.
-    frozen: "Composed | None" = None
+    frozen: Composed | None = None
 
 
 @dataclass(frozen=True)

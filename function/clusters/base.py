@@ -19,6 +19,7 @@ from typing import Any
 from function import caches, forcenew, kube, names, providerconfigs
 from function.clusters.facts import ClusterFacts
 from function.failures import failure
+from function.frozen import Composed
 from function.inputs import Inputs, ObservedResource
 from function.models import Credentials, InferenceClass, NodePool
 from function.output import Desired, Result
@@ -215,7 +216,7 @@ class Cloud:
 
     def _made(
         self, make: Callable[..., None], type_: str, name: str, *args: Any
-    ) -> dict[str, tuple[dict, forcenew.Composed | None]]:
+    ) -> dict[str, tuple[dict, Composed | None]]:
         part = Part(self.xr, Credentials(type=type_, name=name))
         make(part, *args)
         return {key: (body, forcenew.composed(body)) for key, body in part.bodies.items()}
