@@ -80,10 +80,11 @@ class Component:
     # The sources on whose clusters deleting the XR leaves it there (management policies without
     # Delete): a namespace on a cluster someone else runs may hold what is not the function's.
     left_on: frozenset[str] = frozenset()
-    # Charts: whether provider-helm may roll a failed upgrade back to the revision before. False:
-    # only a failed first install is retried (uninstalled and installed again), for a chart whose
-    # node state an earlier version cannot read.
-    rolls_back: bool = True
+    # Charts: the chart versions provider-helm may roll a failed or stuck upgrade back to, from
+    # the first up to (not including) the second (None: any). Until the release has deployed a
+    # version in it, only a failed first install is retried (uninstalled and installed again):
+    # for a chart whose node state another line cannot read, a rollback never leaves its line.
+    rolls_back_within: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None
     # Charts: the components that apply the chart's own CRDs (also in `after`). The release is
     # installed without them (skipCRDs) and moves to a new chart version only once they have.
     crds: tuple[str, ...] = ()
@@ -735,15 +736,17 @@ def table() -> tuple[Component, ...]:
             after=("dra-driver-namespace",),
             inside="nvidia-dra-driver",
         ),
-        # Never rolled back: a kubelet plugin cannot read the checkpoint a later one wrote
-        # (dra-driver-nvidia-gpu 0.4.1 stamps nodeBootID into
+        # Never rolled back to NVIDIA's line: its kubelet plugin cannot read the checkpoint the
+        # maintained one wrote (dra-driver-nvidia-gpu 0.4.1 stamps nodeBootID into
         # /var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json, which nvidia-dra-driver-gpu
-        # 25.12.0 then reports corrupted, and every prepare on the node fails).
+        # 25.12.0 then reports corrupted, and every prepare on the node fails). Once deployed on
+        # the maintained line (0.4.0 on; NVIDIA's versions are YY.MM.P, 25.x and later), a
+        # failed or stuck upgrade rolls back within it.
         chart(
             "nvidia-dra-driver",
             dra_driver_values,
             after=("dra-driver-critical-pods-quota",),
-            rolls_back=False,
+            rolls_back_within=((0, 4, 0), (25, 0, 0)),
         ),
         # Where each GPU pool's probe claims its GPUs with admin access (function/serving/gpus.py).
         manifest(

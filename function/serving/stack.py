@@ -12,6 +12,7 @@ Rules the engine applies to every component (function/serving/components.py):
 
 import functools
 import marshal
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -56,6 +57,8 @@ GATEWAY_KIND = Requirement(names.API_VERSION, "InferenceGateway")
 GATEWAY_SCHEMA = "inference-gateway-kind"
 GATEWAYS = "inference-gateways"
 DRA_DRIVER = "nvidia-dra-driver"
+# A chart version: major, minor and patch, then anything (a pre-release, build metadata).
+_SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 
 
 @dataclass
@@ -206,7 +209,7 @@ class _Walk:
             if not self.reachable or blocked:
                 self.pending[key] = ", ".join(blocked) if self.reachable else "ProviderConfigs"
                 return
-        rollback = component.rolls_back or _first_install(seen)
+        rollback = _rolls_back(component, seen)
         body = _body(component, built, self.ctx, self.cluster.provider_config, rollback)
         facts.resources[key] = Desired(body, ready=seen is not None and seen.ready, shared=True)
 
@@ -340,7 +343,7 @@ def observed_gateway(inputs: Inputs) -> tuple[str | None, str | None]:
 def _first_install(seen: ObservedResource | None) -> bool:
     """Whether a Release is still on its first install: not observed yet, or observed with the
     retries it was composed with and never deployed (deployed now, or past its first revision).
-    Once composed without them it stays so, whatever its status says (a lost one included)."""
+    Once composed without them, only _rolls_back's line brings them back."""
     if seen is None:
         return True
     if seen.get("spec", "rollbackLimit") is None:
@@ -350,6 +353,29 @@ def _first_install(seen: ObservedResource | None) -> bool:
         isinstance(revision, int | float) and revision > 1
     )
     return not deployed
+
+
+def _rolls_back(component: Component, seen: ObservedResource | None) -> bool:
+    """Whether the Release is composed with rollbackLimit, so provider-helm retries a failed
+    install and rolls a failed or pending upgrade back to the revision before (provider-helm
+    v1.3.0/v1.4.0 pkg/controller/namespaced/release/release.go shouldRollBack: without it a
+    release left pending-upgrade or failed is never touched again). A chart with a line gets it
+    once the release has deployed a version of that line (status.atProvider.version is the last
+    revision's chart: observe.go generateObservation) and keeps it while its last revision stays
+    on the line, so the revision a rollback returns to is always on it too."""
+    line = component.rolls_back_within
+    if line is None or seen is None or _first_install(seen):
+        return True
+    version = _version(seen.at_provider("version"))
+    if version is None or not line[0] <= version < line[1]:
+        return False
+    return seen.at_provider("state") == "deployed" or seen.get("spec", "rollbackLimit") is not None
+
+
+def _version(text: object) -> tuple[int, int, int] | None:
+    """A chart version's major, minor and patch, or None."""
+    match = _SEMVER.match(text) if isinstance(text, str) else None
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
 
 
 def _body(

@@ -1452,7 +1452,7 @@ def test_a_live_dra_driver_moves_to_the_maintained_line_in_place(
                 api,
                 kind,
                 name,
-                # As the function's release, which drops rollbackLimit once deployed.
+                # As the function's release, which drops rollbackLimit with the move off 25.12.0.
                 {
                     "spec": {
                         "rollbackLimit": None,

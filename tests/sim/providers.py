@@ -476,6 +476,8 @@ def _release(body: dict, world: World) -> dict:
         "state": "deployed",
         "revision": 1,
         "releaseDescription": f"Install {chart.get('name')}",
+        # The last revision's chart version (provider-helm observe.go generateObservation).
+        "version": chart.get("version"),
     }
 
 

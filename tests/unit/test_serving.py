@@ -397,42 +397,59 @@ def _gke():
 DRA_RELEASE = "release-nvidia-dra-driver"
 
 
-def test_every_release_retries_a_failed_install_and_only_the_dra_driver_is_never_rolled_back():
-    """provider-helm uninstalls a failed first install and installs again, and rolls a failed
-    upgrade back, only under rollbackLimit. The DRA driver's kubelet plugin cannot read the
-    checkpoint a later version wrote: once deployed, its release is never rolled back."""
+def test_every_release_retries_and_the_dra_driver_rolls_back_only_within_the_maintained_line():
+    """provider-helm uninstalls a failed first install and installs again, and rolls a failed or
+    pending upgrade back, only under rollbackLimit. NVIDIA's DRA driver (25.12.0) cannot read the
+    checkpoint the maintained line (0.4.x) wrote: the DRA release has rollbackLimit only while no
+    rollback can return to NVIDIA's line."""
     xr, classes, out = converged()
     releases = {k: d.body for k, d in out.resources.items() if d.body["kind"] == "Release"}
-    assert "rollbackLimit" not in releases.pop(DRA_RELEASE)["spec"]
-    assert releases
+    assert releases[DRA_RELEASE]["spec"]["forProvider"]["chart"]["version"].startswith("0.")
     for release in releases.values():
         assert release["spec"]["rollbackLimit"] == kube.RELEASE_RETRIES, release["metadata"]
 
-    def dra_after(state: str | None, revision: int, retries: bool = True) -> dict:
-        """The DRA release composed after one observed in state at revision (None: no status),
-        composed with or without retries."""
+    def dra_after(
+        state: str | None, revision: int, retries: bool = True, version: str | None = "0.4.1"
+    ) -> dict:
+        """The DRA release composed after one observed in state at revision, its last revision
+        of chart version (None: no status), composed with or without retries."""
         observed = reported(out)
         body = copy.deepcopy(observed.resources[DRA_RELEASE].body)
         if retries:
             body["spec"]["rollbackLimit"] = kube.RELEASE_RETRIES
+        else:
+            body["spec"].pop("rollbackLimit", None)
         if state is None:
             del body["status"]
         else:
-            body["status"]["atProvider"] |= {"state": state, "revision": float(revision)}
+            body["status"]["atProvider"] |= {
+                "state": state,
+                "revision": float(revision),
+                "version": version,
+            }
         observed.resources[DRA_RELEASE] = ObservedResource(body)
         again = compose_cluster(xr, required(classes, [inference_gateway("fleet-a")]), observed)
         return again.resources[DRA_RELEASE].body["spec"]
 
-    # A first install that failed is retried as every release's; a failed upgrade stays failed.
+    # A first install that failed is retried as every release's.
     assert dra_after("failed", 1)["rollbackLimit"] == kube.RELEASE_RETRIES
     assert dra_after("pending-install", 1)["rollbackLimit"] == kube.RELEASE_RETRIES
     assert dra_after(None, 1)["rollbackLimit"] == kube.RELEASE_RETRIES
-    assert "rollbackLimit" not in dra_after("failed", 2)
-    assert "rollbackLimit" not in dra_after("pending-upgrade", 3)
-    assert "rollbackLimit" not in dra_after("deployed", 1)
-    # Once without, for good: a status lost or a failure after does not bring rollbacks back.
-    assert "rollbackLimit" not in dra_after(None, 1, retries=False)
-    assert "rollbackLimit" not in dra_after("failed", 1, retries=False)
+    # Deployed on the maintained line: a later upgrade that fails or is left pending (a provider
+    # restart) rolls back to that revision.
+    assert dra_after("deployed", 1)["rollbackLimit"] == kube.RELEASE_RETRIES
+    assert dra_after("deployed", 4, retries=False)["rollbackLimit"] == kube.RELEASE_RETRIES
+    assert dra_after("failed", 5)["rollbackLimit"] == kube.RELEASE_RETRIES
+    assert dra_after("pending-upgrade", 5)["rollbackLimit"] == kube.RELEASE_RETRIES
+    assert dra_after("deployed", 3, version="0.5.0")["rollbackLimit"] == kube.RELEASE_RETRIES
+    # Still on NVIDIA's line, or its upgrade to the maintained line failed or hangs: the revision
+    # before is 25.12.0, so no rollback (the function's own upgrade drops the limit with it).
+    assert "rollbackLimit" not in dra_after("deployed", 3, version="25.12.0")
+    assert "rollbackLimit" not in dra_after("failed", 4, retries=False)
+    assert "rollbackLimit" not in dra_after("pending-upgrade", 4, retries=False)
+    assert "rollbackLimit" not in dra_after("failed", 2, version="25.12.0")
+    # Not known which line the release is on (a status without a version): none.
+    assert "rollbackLimit" not in dra_after("deployed", 3, retries=False, version=None)
 
 
 def test_envoy_gateway_installs_after_the_inferencepool_crd_and_its_grant_to_read_them():
