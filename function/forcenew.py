@@ -73,6 +73,11 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
         "privateKeyType",
         "serviceAccountIdRef",
     ),
+    ("compute.gcp.m.upbound.io", "Firewall"): _frozen(
+        f"{TF_GOOGLE}: resource_compute_firewall.go direction ForceNew (network, allow, "
+        "priority, source_ranges change in place)",
+        "direction",
+    ),
     ("compute.gcp.m.upbound.io", "Network"): _frozen(
         f"{TF_GOOGLE}: resource_compute_network.go auto_create_subnetworks ForceNew",
         "autoCreateSubnetworks",

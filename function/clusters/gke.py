@@ -124,6 +124,39 @@ NODE_CIDR = "10.0.0.0/20"
 POD_CIDR = "10.4.0.0/14"
 SERVICE_CIDR = "10.8.0.0/20"
 MASTER_CIDR = "172.16.0.0/28"
+# The ports the stack's fail-closed admission and conversion webhooks serve on, each with where it
+# comes from at the pinned version. The cluster's nodes are private: the only firewall rule GKE
+# makes from the control plane range admits TCP 443 and 10250 (GKE "Automatically created firewall
+# rules", gke-<cluster>-<hash>-master), and the API server calls a webhook on its pod's IP and
+# container port. cert-manager v1.20.2's webhook serves on 10250 (values.yaml webhook.securePort)
+# for that very reason, so it needs nothing here. tests/test_webhook_ports.py renders every chart
+# with the function's values and holds this table to exactly what the webhooks need.
+WEBHOOK_PORTS: dict[int, tuple[str, ...]] = {
+    6443: (
+        # Every Bundle write (the gateway's CA is one): templates/webhook.yaml, its Service's
+        # targetPort.
+        "trust-manager v0.24.0 values.yaml app.webhook.port",
+    ),
+    9443: (
+        # Every pod Envoy Gateway manages: templates/admission_webhook.yaml, through the
+        # Service's mutating-webhook port to the controller's container port.
+        "ai-gateway-helm v1.1.0 values.yaml controller.mutatingWebhook.port, "
+        "controller.service.ports",
+        # LeaderWorkerSets and their pods, and the LeaderWorkerSet CRD's conversion webhook:
+        # lws-webhook-service's targetPort, the manager's webhook-server container port.
+        "lws v0.8.0 templates/webhook/service.yaml, values.yaml service.port",
+        # PodCliqueSets and ClusterTopologies (Dynamo).
+        "grove-charts v0.1.0-alpha.11 values.yaml config.server.webhooks.port",
+        # Pods (KAI's admission), PodGroups and Queues (Dynamo), whose webhooks the operator
+        # makes at run time (pkg/operator/operands/{admission,pod_group_controller,
+        # queue_controller}/resources.go at the tag).
+        "kai-scheduler v0.16.8 values.yaml admission.ports.webhookPort; pkg/apis/kai/v1 "
+        "pod_group_controller and queue_controller, Webhook.TargetPort's default",
+    ),
+}
+# GCP's default priority, GKE's own rules' (the network has no deny rule to outrank); no logging:
+# every webhook call would be a billed Cloud Logging entry (VPC "Firewall Rules Logging").
+FIREWALL_PRIORITY = 1000
 # GKE's own GPU taint; set explicitly so every GPU pool has exactly it, never a second one.
 GKE_GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
 OAUTH = ["https://www.googleapis.com/auth/cloud-platform"]
@@ -225,6 +258,7 @@ class GKECluster:
                 ],
             },
         )
+        self.webhook_firewall()
         # Private nodes reach registries and model hubs through Cloud NAT.
         self.mr("router", COMPUTE, "Router", c.name("router"), {"region": self.region, **network})
         self.mr(
@@ -239,6 +273,28 @@ class GKECluster:
                 "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES",
                 **NAT_PORTS,
                 "logConfig": dict(NAT_LOGS),
+            },
+        )
+
+    def webhook_firewall(self) -> None:
+        """The control plane's path to the stack's fail-closed webhooks (WEBHOOK_PORTS), on every
+        node of the cluster's own network: GKE's node tags are not known before its pools exist,
+        and nothing but this cluster's nodes runs on the network. A network that still has firewall
+        rules cannot be deleted; GCP refuses and the provider retries until this rule is gone,
+        which deletes with nothing else (no reference is resolved for a deletion), so no Usage."""
+        c = self.cloud
+        self.mr(
+            "webhook-firewall",
+            COMPUTE,
+            "Firewall",
+            names.cloud_name(c.xr, "webhooks", letter_first=True),
+            {
+                "networkRef": {"name": c.name("vpc")},
+                "description": "Modelplane: the control plane to the stack's admission webhooks",
+                "direction": "INGRESS",
+                "priority": FIREWALL_PRIORITY,
+                "sourceRanges": [MASTER_CIDR],
+                "allow": [{"protocol": "tcp", "ports": [str(p) for p in sorted(WEBHOOK_PORTS)]}],
             },
         )
 

@@ -518,6 +518,7 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("compute.gcp.m.upbound.io", "Subnetwork"): _gcp("subnetworks", regional=True),
     ("compute.gcp.m.upbound.io", "Router"): _gcp("routers", regional=True),
     ("compute.gcp.m.upbound.io", "RouterNAT"): _gcp("routerNats", regional=True),
+    ("compute.gcp.m.upbound.io", "Firewall"): _gcp("firewalls"),
     ("container.gcp.m.upbound.io", "Cluster"): _gke_cluster,
     ("container.gcp.m.upbound.io", "NodePool"): _gcp("nodePools"),
     ("azure.m.upbound.io", "ResourceGroup"): lambda body, world: {

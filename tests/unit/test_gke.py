@@ -2,6 +2,7 @@
 pools with the COS driver installer, pools sized as GKE counts nodes, upgrades, shapes."""
 
 import copy
+import re
 from datetime import datetime
 
 import pytest
@@ -618,3 +619,58 @@ def test_cloud_nat_gives_busy_nodes_ports_as_the_api_accepts_them():
     assert low & (low - 1) == 0 and high & (high - 1) == 0
     # A connection it drops (OUT_OF_RESOURCES) is logged, and only those.
     assert nat["logConfig"] == {"enable": True, "filter": "ERRORS_ONLY"}
+
+
+# --- the control plane's path to the stack's webhooks ---------------------------------------------
+
+GCP_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def test_the_control_plane_reaches_the_webhook_ports_on_the_clusters_own_network():
+    """One ingress rule from the cluster's control plane range to exactly WEBHOOK_PORTS over TCP,
+    on every node of the cluster's own network (no target: GKE's node tags are not known ahead),
+    at GKE's own rules' priority, not logged (tests/test_webhook_ports.py holds the ports to what
+    the rendered charts need)."""
+    _, _, out = converge()
+    body = out.resources["webhook-firewall"].body
+    assert (body["apiVersion"], body["kind"]) == ("compute.gcp.m.upbound.io/v1beta1", "Firewall")
+    assert GCP_NAME.match(body["metadata"]["name"]), body["metadata"]["name"]
+    spec = body["spec"]["forProvider"]
+    cluster = out.resources["cluster"].body["spec"]["forProvider"]
+    network = out.resources["network"].body["metadata"]["name"]
+    assert spec["networkRef"] == cluster["networkRef"] == {"name": network}
+    assert spec["direction"] == "INGRESS"
+    assert spec["sourceRanges"] == [cluster["privateClusterConfig"]["masterIpv4CidrBlock"]]
+    assert spec["allow"] == [{"protocol": "tcp", "ports": ["6443", "9443"]}]
+    assert [int(p) for p in spec["allow"][0]["ports"]] == sorted(gke.WEBHOOK_PORTS)
+    assert spec["priority"] == 1000
+    for wider in ("targetTags", "targetServiceAccounts", "sourceTags", "deny", "logConfig"):
+        assert wider not in spec, wider
+    # Every port names where it comes from; 443 and 10250 are GKE's own rule's.
+    assert all(gke.WEBHOOK_PORTS.values())
+    assert not {443, 10250} & set(gke.WEBHOOK_PORTS)
+
+
+def test_the_firewall_waits_for_nothing_and_a_live_cluster_gains_it_alone():
+    """Composed from the first reconcile (it needs only the network's name), and a cluster
+    composed before it existed gains it with nothing else changed."""
+    xr, classes = example("gke")
+    first = compose_cluster(xr, required(classes, None), Observed())
+    assert "webhook-firewall" in first.resources
+    xr, classes, converged = converge()
+    seen = reported(converged)
+    del seen.resources["webhook-firewall"]
+    again = compose_cluster(xr, required(classes, provider_configs("gke")), seen)
+    assert again.resources["webhook-firewall"].body == converged.resources["webhook-firewall"].body
+    for key, desired in converged.resources.items():
+        if key != "webhook-firewall":
+            assert again.resources[key].body == desired.body, key
+
+
+def test_no_usage_orders_the_firewall():
+    """GCP refuses to delete a network that still has firewall rules and the provider retries
+    until the rule is gone, which deletes by itself (crossplane-runtime resolves no reference for
+    a deletion): the cloud's own order, so no Usage (GKE's own rules hold the network the same
+    way until the cluster is gone)."""
+    _, _, out = converge()
+    assert not [k for k in out.resources if k.startswith("usage-") and "firewall" in k]
