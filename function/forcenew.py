@@ -109,19 +109,31 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
         "networkRef",
         "region",
     ),
-    ("container.gcp.m.upbound.io", "Cluster"): _frozen(
-        f"{TF_GOOGLE}: resource_container_cluster.go initial_node_count, location, network, "
-        "networking_mode, subnetwork, ip_allocation_policy secondary range names, "
-        "private_cluster_config.master_ipv4_cidr_block ForceNew",
-        "initialNodeCount",
-        "ipAllocationPolicy.clusterSecondaryRangeName",
-        "ipAllocationPolicy.servicesSecondaryRangeName",
-        "location",
-        "networkRef",
-        "networkingMode",
-        "privateClusterConfig.masterIpv4CidrBlock",
-        "subnetworkRef",
-        move="the cluster cannot move: create another InferenceCluster and move the workloads",
+    ("container.gcp.m.upbound.io", "Cluster"): (
+        *_frozen(
+            f"{TF_GOOGLE}: resource_container_cluster.go initial_node_count, location, network, "
+            "networking_mode, subnetwork, ip_allocation_policy secondary range names, "
+            "private_cluster_config.master_ipv4_cidr_block ForceNew",
+            "initialNodeCount",
+            "ipAllocationPolicy.clusterSecondaryRangeName",
+            "ipAllocationPolicy.servicesSecondaryRangeName",
+            "location",
+            "networkRef",
+            "networkingMode",
+            "privateClusterConfig.masterIpv4CidrBlock",
+            "subnetworkRef",
+            move="the cluster cannot move: create another InferenceCluster and move the workloads",
+        ),
+        # Dataplane V2 is what enforces NetworkPolicy (gke.DATAPATH): a cluster made before
+        # enforces none, which an operator must know (a NetworkPolicy there does nothing), so this
+        # is a Warning, not an optional offer.
+        *_frozen(
+            f"{TF_GOOGLE}: resource_container_cluster.go datapath_provider ForceNew (GKE Dataplane "
+            "V2 is chosen when a cluster is created); until then no NetworkPolicy is enforced",
+            "datapathProvider",
+            move="NetworkPolicy is enforced only on a cluster created with Dataplane V2: create "
+            "another InferenceCluster and move the workloads",
+        ),
     ),
     ("container.gcp.m.upbound.io", "NodePool"): (
         *_frozen(
