@@ -335,6 +335,22 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
             move="the cluster cannot be replaced in place: create another InferenceCluster",
             replaces=lambda live, new: live is True and new is not True,
         ),
+        # Not ForceNew from the azure dataplane and no policy (ForceNewIfChange only from cilium,
+        # or to anything but cilium), but AKS re-images every node pool at once to move, GPU
+        # nodes included, at whatever hour a release reaches the cluster. Cilium is what
+        # enforces NetworkPolicy (aks.DATAPLANE): a cluster made before enforces none, which an
+        # operator must know, so this is a Warning, not an optional offer.
+        *_frozen(
+            f"{TF_AZURE}: kubernetes_cluster_resource.go network_data_plane, network_policy "
+            "change in place, but AKS re-images every node pool at once to move to Cilium "
+            "(learn.microsoft.com/azure/aks/upgrade-aks-ipam-and-dataplane); until then no "
+            "NetworkPolicy is enforced",
+            "networkProfile.networkDataPlane",
+            "networkProfile.networkPolicy",
+            move="NetworkPolicy is enforced only on a cluster created with Cilium: create another "
+            "InferenceCluster and move the workloads (not az aks update: it re-images every node, "
+            "and the composed cluster, asking for azure's dataplane back, could take no update)",
+        ),
     ),
     ("containerservice.azure.m.upbound.io", "KubernetesClusterNodePool"): (
         *_frozen(
