@@ -87,10 +87,11 @@ NAT_PORTS = {
 # NAT that has its ports writes none of (cloud.google.com/nat/docs/monitoring: ERRORS_ONLY).
 NAT_LOGS = {"enable": True, "filter": "ERRORS_ONLY"}
 # GKE Dataplane V2 (Cilium, eBPF): Kubernetes NetworkPolicy is always enforced, with no Calico
-# add-on to install or run (GKE "GKE Dataplane V2": networkPolicy is left unset, the console
-# greys it out). Chosen at creation only (terraform-provider-google v7.39.0 datapath_provider
-# ForceNew; GKE "Use GKE Dataplane V2": enabled when creating new clusters), so a cluster made
-# before keeps its dataplane (function/forcenew.py) and the XR says so.
+# add-on to install or run (GKE "GKE Dataplane V2"), so networkPolicy stays unset (GKE "Use GKE
+# Dataplane V2": enforcement is built in, and the network policy option is off beside it). Chosen
+# at creation only (terraform-provider-google v7.39.0 datapath_provider ForceNew; the same page:
+# enabled when creating new clusters), so a cluster made before keeps its dataplane
+# (function/forcenew.py) and the XR says so.
 DATAPATH = "ADVANCED_DATAPATH"
 # The COS driver installer puts the NVIDIA driver here; the DRA driver must be told.
 NVIDIA_DRIVER_ROOT = gke_driver.INSTALL_DIR
