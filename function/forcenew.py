@@ -99,19 +99,31 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
         "networkRef",
         "region",
     ),
-    ("container.gcp.m.upbound.io", "Cluster"): _frozen(
-        f"{TF_GOOGLE}: resource_container_cluster.go initial_node_count, location, network, "
-        "networking_mode, subnetwork, ip_allocation_policy secondary range names, "
-        "private_cluster_config.master_ipv4_cidr_block ForceNew",
-        "initialNodeCount",
-        "ipAllocationPolicy.clusterSecondaryRangeName",
-        "ipAllocationPolicy.servicesSecondaryRangeName",
-        "location",
-        "networkRef",
-        "networkingMode",
-        "privateClusterConfig.masterIpv4CidrBlock",
-        "subnetworkRef",
-        move="the cluster cannot move: create another InferenceCluster and move the workloads",
+    ("container.gcp.m.upbound.io", "Cluster"): (
+        *_frozen(
+            f"{TF_GOOGLE}: resource_container_cluster.go initial_node_count, location, network, "
+            "networking_mode, subnetwork, ip_allocation_policy secondary range names, "
+            "private_cluster_config.master_ipv4_cidr_block ForceNew",
+            "initialNodeCount",
+            "ipAllocationPolicy.clusterSecondaryRangeName",
+            "ipAllocationPolicy.servicesSecondaryRangeName",
+            "location",
+            "networkRef",
+            "networkingMode",
+            "privateClusterConfig.masterIpv4CidrBlock",
+            "subnetworkRef",
+            move="the cluster cannot move: create another InferenceCluster and move the workloads",
+        ),
+        # Dataplane V2 is what enforces NetworkPolicy (gke.DATAPATH): a cluster made before
+        # enforces none, which an operator must know (a NetworkPolicy there does nothing), so this
+        # is a Warning, not an optional offer.
+        *_frozen(
+            f"{TF_GOOGLE}: resource_container_cluster.go datapath_provider ForceNew (GKE Dataplane "
+            "V2 is chosen when a cluster is created); until then no NetworkPolicy is enforced",
+            "datapathProvider",
+            move="NetworkPolicy is enforced only on a cluster created with Dataplane V2: create "
+            "another InferenceCluster and move the workloads",
+        ),
     ),
     ("container.gcp.m.upbound.io", "NodePool"): (
         *_frozen(
@@ -312,6 +324,22 @@ FORCE_NEW: Mapping[tuple[str, str], tuple[Frozen, ...]] = {
             "oidcIssuerEnabled",
             move="the cluster cannot be replaced in place: create another InferenceCluster",
             replaces=lambda live, new: live is True and new is not True,
+        ),
+        # Not ForceNew from the azure dataplane and no policy (ForceNewIfChange only from cilium,
+        # or to anything but cilium), but AKS re-images every node pool at once to move, GPU
+        # nodes included, at whatever hour a release reaches the cluster. Cilium is what
+        # enforces NetworkPolicy (aks.DATAPLANE): a cluster made before enforces none, which an
+        # operator must know, so this is a Warning, not an optional offer.
+        *_frozen(
+            f"{TF_AZURE}: kubernetes_cluster_resource.go network_data_plane, network_policy "
+            "change in place, but AKS re-images every node pool at once to move to Cilium "
+            "(learn.microsoft.com/azure/aks/upgrade-aks-ipam-and-dataplane); until then no "
+            "NetworkPolicy is enforced",
+            "networkProfile.networkDataPlane",
+            "networkProfile.networkPolicy",
+            move="NetworkPolicy is enforced only on a cluster created with Cilium: create another "
+            "InferenceCluster and move the workloads (not az aks update: it re-images every node, "
+            "and the composed cluster, asking for azure's dataplane back, could take no update)",
         ),
     ),
     ("containerservice.azure.m.upbound.io", "KubernetesClusterNodePool"): (

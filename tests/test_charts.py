@@ -410,3 +410,107 @@ def test_the_gateway_api_bundle_the_function_expects_is_the_one_gateway_helm_car
         if c["spec"]["group"].startswith("gateway.networking")
     } == {GATEWAY_API_BUNDLE}
     assert gateway_api.SOUGHT.name in {c["metadata"]["name"] for c in crds}
+
+
+# --- NetworkPolicy: enforced on GKE (Dataplane V2), AKS (Cilium), EKS, Nebius, Vultr ------------
+
+POLICY_KINDS = frozenset(
+    {
+        "NetworkPolicy",
+        "CiliumNetworkPolicy",
+        "CiliumClusterwideNetworkPolicy",
+        "AdminNetworkPolicy",
+        "BaselineAdminNetworkPolicy",
+        "GlobalNetworkPolicy",  # Calico's, as Vultr's CNI would enforce it
+    }
+)
+POLICY_RESOURCES = frozenset(
+    {
+        "networkpolicies",
+        "ciliumnetworkpolicies",
+        "ciliumclusterwidenetworkpolicies",
+        "adminnetworkpolicies",
+        "baselineadminnetworkpolicies",
+        "globalnetworkpolicies",
+        "*",
+    }
+)
+POLICY_GROUPS = frozenset(
+    {"networking.k8s.io", "cilium.io", "policy.networking.k8s.io", "crd.projectcalico.org", "*"}
+)
+# Policies (chart, kind, namespace, name) and runtime writers of them (chart, role kind, name) a
+# rendered chart may carry, each with what keeps the stack reachable under it (webhooks from the
+# API server, the gateway, metrics). None today: every chart the function installs leaves its
+# policies off by default (cert-manager, dra-driver-nvidia-gpu and NFD `networkPolicy.enabled:
+# false`, network-operator's sriov-network-operator, the only writer, disabled), and the
+# function sets none of those values.
+ACCOUNTED_POLICIES: dict[tuple[str, str, str, str], str] = {}
+ACCOUNTED_WRITERS: dict[tuple[str, str, str], str] = {}
+
+
+def policies(manifests) -> set[tuple[str, str, str]]:
+    """(kind, namespace, name) of each network policy among manifests."""
+    return {
+        (m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"])
+        for m in manifests
+        if m.get("kind") in POLICY_KINDS
+    }
+
+
+def policy_writers(manifests) -> set[tuple[str, str]]:
+    """(kind, name) of each Role or ClusterRole that may write network policies: what an
+    operator would need to make one at run time (KAI's and Grove's operators make their parts so)."""
+    found = set()
+    for m in manifests:
+        if m.get("kind") not in {"Role", "ClusterRole"}:
+            continue
+        for rule in m.get("rules") or []:
+            if (
+                POLICY_GROUPS & set(rule.get("apiGroups") or [])
+                and POLICY_RESOURCES & set(rule.get("resources") or [])
+                and {"create", "update", "patch", "*"} & set(rule.get("verbs") or [])
+            ):
+                found.add((m["kind"], m["metadata"]["name"]))
+    return found
+
+
+@pytest.mark.parametrize("chart", CHECKED)
+def test_no_chart_ships_a_network_policy_that_is_not_accounted_for(chart):
+    """Enforcement alone cuts nothing off only while nothing selects a pod: every Release
+    rendered by the real Helm with the function's values carries no network policy and no role
+    to write one at run time, unless ACCOUNTED_* names it with why the stack still works."""
+    for release in RELEASES[chart]:
+        rendered = charts.template(release)
+        found = {(chart, *p) for p in policies(rendered)}
+        assert found <= set(ACCOUNTED_POLICIES), sorted(found - set(ACCOUNTED_POLICIES))
+        writers = {(chart, *w) for w in policy_writers(rendered)}
+        assert writers <= set(ACCOUNTED_WRITERS), sorted(writers - set(ACCOUNTED_WRITERS))
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_the_function_composes_no_network_policy_itself(example):
+    objects = [
+        d["spec"]["forProvider"]["manifest"]
+        for d in charts.converged(example)
+        if d["kind"] == "Object"
+    ]
+    assert policies(objects) == set()
+    assert policy_writers(objects) == set()
+
+
+def test_a_chart_that_ships_a_network_policy_is_caught():
+    """The check itself: cert-manager 1.20.2 with its webhook's policy on renders one, and the
+    sriov-network-operator network-operator 26.4.0 can enable may write them."""
+    (release,) = RELEASES["cert-manager"][:1]
+    on = copy.deepcopy(release)
+    on["spec"]["forProvider"].setdefault("values", {})["webhook"] = {
+        **on["spec"]["forProvider"]["values"].get("webhook", {}),
+        "networkPolicy": {"enabled": True},
+    }
+    assert ("NetworkPolicy", "cert-manager", "mp-cert-manager-webhook-allow-ingress") in (
+        policies(charts.template(on, again=True))
+    )
+    (operator,) = RELEASES["network-operator"][:1]
+    sriov = copy.deepcopy(operator)
+    sriov["spec"]["forProvider"]["values"]["sriovNetworkOperator"] = {"enabled": True}
+    assert policy_writers(charts.template(sriov, again=True))

@@ -1,7 +1,7 @@
-"""Source AKS: a resource group, a virtual network, the AKS cluster (Azure CNI overlay, system
-identity, Network Contributor on its subnet) and one agent pool per node pool, with InfiniBand
-through the NVIDIA network operator and Azure Files Premium for the model cache, as namespaced
-provider-upjet-azure resources.
+"""Source AKS: a resource group, a virtual network, the AKS cluster (Azure CNI overlay powered by
+Cilium, system identity, Network Contributor on its subnet) and one agent pool per node pool, with
+InfiniBand through the NVIDIA network operator and Azure Files Premium for the model cache, as
+namespaced provider-upjet-azure resources.
 
 InfiniBand reaches the pods as Azure's aks-rdma-infiniband guide sets it up: the network operator,
 then its NicClusterPolicy (the DOCA-OFED driver and the RDMA shared device plugin) and the
@@ -67,6 +67,16 @@ MOUNT_OPTIONS = [
     "nosharesock",
 ]
 SUBNET_ROLE = "subnet-network-contributor"
+# Azure CNI Powered by Cilium on the overlay the cluster already has: Cilium enforces Kubernetes
+# NetworkPolicy with no separate engine (learn.microsoft.com/azure/aks/azure-cni-powered-by-cilium;
+# networkPolicy cilium needs networkDataPlane cilium, azurerm v4.80.0). InfiniBand is untouched:
+# the RDMA shared device plugin hands pods the HCAs below the IP stack, and no IPoIB or Multus
+# interface is composed (Azure/aks-rdma-infiniband: "RDMA over InfiniBand operates below the
+# TCP/IP stack"), so Cilium sees only the pods' eth0, NCCL's bootstrap included. azurerm changes
+# both in place, but AKS then re-images every node pool at once, GPU pools included and outside
+# the node OS window (learn.microsoft.com/azure/aks/upgrade-aks-ipam-and-dataplane): a cluster
+# made before keeps its dataplane (function/forcenew.py) and the XR says so.
+DATAPLANE = {"networkDataPlane": "cilium", "networkPolicy": "cilium"}
 # The label the network operator finds NVIDIA NICs by (pkg/nodeinfo NodeLabelMlnxNIC), which the
 # stack's NFD sets from the chart's NodeFeatureRule (vendor 15b3, class 0200 or 0207).
 MLNX_NIC_LABEL = "feature.node.kubernetes.io/pci-15b3.present"
@@ -224,6 +234,7 @@ class AKSCluster:
                 "networkProfile": {
                     "networkPlugin": "azure",
                     "networkPluginMode": "overlay",
+                    **DATAPLANE,
                     "podCidr": POD_CIDR,
                     "serviceCidr": SERVICE_CIDR,
                     "dnsServiceIp": DNS_SERVICE_IP,

@@ -86,6 +86,13 @@ NAT_PORTS = {
 # could not translate (OUT_OF_RESOURCES and the like), billed as Cloud Logging entries, which a
 # NAT that has its ports writes none of (cloud.google.com/nat/docs/monitoring: ERRORS_ONLY).
 NAT_LOGS = {"enable": True, "filter": "ERRORS_ONLY"}
+# GKE Dataplane V2 (Cilium, eBPF): Kubernetes NetworkPolicy is always enforced, with no Calico
+# add-on to install or run (GKE "GKE Dataplane V2"), so networkPolicy stays unset (GKE "Use GKE
+# Dataplane V2": enforcement is built in, and the network policy option is off beside it). Chosen
+# at creation only (terraform-provider-google v7.39.0 datapath_provider ForceNew; the same page:
+# enabled when creating new clusters), so a cluster made before keeps its dataplane
+# (function/forcenew.py) and the XR says so.
+DATAPATH = "ADVANCED_DATAPATH"
 # The COS driver installer puts the NVIDIA driver here; the DRA driver must be told.
 NVIDIA_DRIVER_ROOT = gke_driver.INSTALL_DIR
 DRIVER_INSTALLER_KEY = "nvidia-driver-installer"
@@ -428,6 +435,7 @@ class GKECluster:
                     "networkRef": {"name": c.name("vpc")},
                     "subnetworkRef": {"name": c.name("nodes")},
                     "networkingMode": "VPC_NATIVE",
+                    "datapathProvider": DATAPATH,
                     "ipAllocationPolicy": {
                         "clusterSecondaryRangeName": "pods",
                         "servicesSecondaryRangeName": "services",

@@ -67,6 +67,13 @@ runcmd:
   - mkdir -p {DATA_DIR}
 """  # noqa: E501 - one shell line
 FABRIC_LABEL = "modelplane.ai/fabric"
+# The API server's audit log, pushed into Nebius Logging and shown in the web console ("By default
+# cluster will be created without it"). Present and empty turns it on, as publicEndpoint does
+# (nebius/api mk8s/v1 ControlPlaneSpec.audit_logs: AuditLogsSpec {}, MEANINGFUL_EMPTY_VALUE), and
+# live clusters take it in place (terraform-provider-nebius v0.6.22 mk8s/v1 cluster_service:
+# audit_logs has no RequiresReplace, subnet_id has). Kept 14 days (docs.nebius.com observability
+# "Quotas and constraints"); docs/clouds/nebius.md says what it costs.
+AUDIT_LOGS: dict = {}
 
 
 # GPU node groups re-create nodes one at a time and add none: the default surge of one is one more
@@ -200,6 +207,7 @@ class NebiusCluster:
                     "version": self.version,
                     "subnetIdRef": {"name": c.name("subnet")},
                     "endpoints": {"publicEndpoint": {}},
+                    "auditLogs": dict(AUDIT_LOGS),
                 },
             },
             connection_secret=names.kubeconfig_secret(c.xr),

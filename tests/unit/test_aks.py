@@ -589,3 +589,70 @@ def test_a_pool_keeping_a_field_the_spec_changed_is_still_a_warning_with_its_way
         "To move to this release's: delete it (its nodes and the pods on them go) and the "
         "function creates it again"
     )
+
+
+def test_network_policy_is_enforced_by_cilium_on_the_overlay_the_cluster_has():
+    """Azure CNI Powered by Cilium enforces NetworkPolicy with no separate engine; azurerm
+    v4.80.0 requires the Cilium dataplane for the Cilium policy, and the overlay (azure plugin,
+    overlay mode) is what it runs on."""
+    xr, classes = example("aks")
+    network = (
+        converge(xr, classes).resources["cluster"].body["spec"]["forProvider"]["networkProfile"]
+    )
+    assert network["networkPlugin"] == "azure"
+    assert network["networkPluginMode"] == "overlay"
+    assert network["networkDataPlane"] == "cilium"
+    assert network["networkPolicy"] == "cilium"
+
+
+def test_infiniband_stays_below_the_ip_stack_cilium_enforces():
+    """Cilium was chosen against the InfiniBand path: the RDMA shared device plugin hands pods
+    the HCAs themselves, and nothing composes an IPoIB or Multus secondary network whose traffic
+    Cilium would have to carry (Azure/aks-rdma-infiniband: RDMA over InfiniBand "operates below
+    the TCP/IP stack"). A secondary network added to the policy must be checked against Cilium
+    first."""
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    policy = manifest(out, "nic-cluster-policy")["spec"]
+    assert set(policy) == {"nodeAffinity", "tolerations", "ofedDriver", "rdmaSharedDevicePlugin"}
+    assert not [
+        d
+        for d in out.resources.values()
+        if d.body["kind"] == "Object"
+        and d.body["spec"]["forProvider"]["manifest"]["kind"]
+        in {"NetworkAttachmentDefinition", "IPoIBNetwork", "HostDeviceNetwork", "MacvlanNetwork"}
+    ]
+
+
+def test_a_live_cluster_keeps_its_dataplane_and_the_xr_says_once_that_no_policy_is_enforced():
+    """A cluster an earlier release created (the azure dataplane, no policy engine) is not moved
+    to Cilium: azurerm would do it in place, but AKS re-images every node pool at once to do it,
+    GPU pools included and outside the node OS window. It keeps what it has, nothing else
+    changes, and one Warning says NetworkPolicy is not enforced there and how to get it."""
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+
+    def before(key: str, body: dict) -> None:
+        if key == "cluster":
+            for field in ("networkDataPlane", "networkPolicy"):
+                del body["spec"]["forProvider"]["networkProfile"][field]
+
+    again = compose_cluster(xr, all_classes(classes), sim.observed_from(out, before))
+    network = again.resources["cluster"].body["spec"]["forProvider"]["networkProfile"]
+    assert "networkDataPlane" not in network and "networkPolicy" not in network
+    (said,) = [r for r in again.results if r.reason == "KeptLiveField"]
+    assert said.severity == "Warning"
+    assert 'forProvider.networkProfile.networkDataPlane stays unset (this release: "cilium"' in (
+        said.message
+    )
+    assert 'forProvider.networkProfile.networkPolicy stays unset (this release: "cilium"' in (
+        said.message
+    )
+    assert "no NetworkPolicy is enforced" in said.message
+    assert "NetworkPolicy is enforced only on a cluster created with Cilium" in said.message
+    others = {k: d.body for k, d in again.resources.items() if k != "cluster"}
+    assert others == {k: d.body for k, d in out.resources.items() if k != "cluster"}
+    made = copy.deepcopy(out.resources["cluster"].body["spec"]["forProvider"])
+    for field in ("networkDataPlane", "networkPolicy"):
+        del made["networkProfile"][field]
+    assert again.resources["cluster"].body["spec"]["forProvider"] == made

@@ -674,3 +674,53 @@ def test_no_usage_orders_the_firewall():
     way until the cluster is gone)."""
     _, _, out = converge()
     assert not [k for k in out.resources if k.startswith("usage-") and "firewall" in k]
+
+
+def test_network_policy_is_enforced_by_dataplane_v2_and_no_calico_addon():
+    """GKE Dataplane V2 enforces every NetworkPolicy itself: the Calico add-on and the legacy
+    networkPolicy block stay unset (GKE "Use GKE Dataplane V2": network policy enforcement is
+    built in and cannot be enabled beside it)."""
+    _, _, out = converge()
+    spec = out.resources["cluster"].body["spec"]["forProvider"]
+    assert spec["datapathProvider"] == "ADVANCED_DATAPATH"
+    assert "networkPolicy" not in spec
+    assert "networkPolicyConfig" not in spec["addonsConfig"]
+
+
+@pytest.mark.parametrize("live", [None, "LEGACY_DATAPATH"])
+def test_a_live_cluster_keeps_its_dataplane_and_the_xr_says_once_that_no_policy_is_enforced(live):
+    """A cluster an earlier release created (no datapathProvider, or the legacy one its provider
+    read back) is never replaced for Dataplane V2 (datapath_provider ForceNew): it keeps what it
+    has, every other resource is untouched, and one Warning a reconcile says why NetworkPolicy
+    is not enforced there and how to get it."""
+    xr, classes, out = converge()
+
+    def before(key: str, body: dict) -> None:
+        if key == "cluster":
+            spec = body["spec"]["forProvider"]
+            del spec["datapathProvider"]
+            if live:
+                spec["datapathProvider"] = live
+
+    again = compose_cluster(
+        xr, required(classes, provider_configs("gke")), sim.observed_from(out, before)
+    )
+    spec = again.resources["cluster"].body["spec"]["forProvider"]
+    assert spec.get("datapathProvider") == live
+    (said,) = [r for r in again.results if r.reason == "KeptLiveField"]
+    assert said.severity == "Warning"
+    shown = f'"{live}"' if live else "unset"
+    assert f"forProvider.datapathProvider stays {shown}" in said.message
+    assert '"ADVANCED_DATAPATH"' in said.message
+    assert "no NetworkPolicy is enforced" in said.message
+    assert said.message.endswith(
+        "NetworkPolicy is enforced only on a cluster created with Dataplane V2: create another "
+        "InferenceCluster and move the workloads"
+    )
+    others = {k: d.body for k, d in again.resources.items() if k != "cluster"}
+    assert others == {k: d.body for k, d in out.resources.items() if k != "cluster"}
+    # Only the dataplane differs from what a new cluster gets.
+    made = out.resources["cluster"].body["spec"]["forProvider"]
+    assert {k: v for k, v in spec.items() if k != "datapathProvider"} == {
+        k: v for k, v in made.items() if k != "datapathProvider"
+    }

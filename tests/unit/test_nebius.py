@@ -536,3 +536,33 @@ def test_node_groups_follow_a_control_plane_mk8s_upgraded_past_the_spec():
     steady = compose_cluster(xr, req, seen)
     assert not [r for r in steady.results if r.reason == "VersionDowngrade"]
     assert {steady.resources[k].body["spec"]["forProvider"]["version"] for k in groups} == {asked}
+
+
+def test_the_control_plane_writes_its_audit_log():
+    """mk8s creates a cluster without an audit log unless controlPlane.auditLogs is given; an
+    empty block turns it on (AuditLogsSpec has no fields), as an empty publicEndpoint does."""
+    xr, _, req = nebius()
+    control_plane = (
+        converge(xr, req).resources["cluster"].body["spec"]["forProvider"]["controlPlane"]
+    )
+    assert control_plane["auditLogs"] == {}
+    assert control_plane["endpoints"] == {"publicEndpoint": {}}
+
+
+def test_a_live_cluster_turns_its_audit_log_on_in_place_and_nothing_else_moves():
+    """A cluster an earlier release created without audit logs gets them on its next update:
+    the field is not RequiresReplace (terraform-provider-nebius v0.6.22), so nothing is kept as
+    live, nothing is warned, and no other resource changes."""
+    xr, _, req = nebius()
+    out = converge(xr, req)
+
+    def before(key: str, body: dict) -> None:
+        if key == "cluster":
+            del body["spec"]["forProvider"]["controlPlane"]["auditLogs"]
+
+    again = compose_cluster(xr, req, sim.observed_from(out, before))
+    assert again.resources["cluster"].body == out.resources["cluster"].body
+    assert not [r for r in again.results if r.reason == "KeptLiveField"]
+    assert {k: d.body for k, d in again.resources.items()} == {
+        k: d.body for k, d in out.resources.items()
+    }
