@@ -103,6 +103,14 @@ NODE_OS_UPGRADE_CHANNEL = "SecurityPatch"
 # The Standard tier: the control plane's uptime SLA and the API server capacity AKS sizes for
 # production; the Free tier is for development and testing, with no SLA and fewer API requests
 # (learn.microsoft.com/azure/aks/free-standard-pricing-tiers). $0.10 an hour a cluster.
+# The gateway's Azure Standard Load Balancer drops a flow after 4 idle minutes by default (Azure
+# Load Balancer "Configure TCP reset and idle timeout": 4 to 100 minutes): a long prefill, a
+# non-streamed generation or an idle keep-alive connection would be reset. cloud-provider-azure
+# sets the rule's idle timeout from this Service annotation (minutes; kubernetes/kubernetes#66045),
+# in place on a live load balancer.
+LOAD_BALANCER_ANNOTATIONS = (
+    ("service.beta.kubernetes.io/azure-load-balancer-tcp-idle-timeout", "30"),
+)
 SKU_TIER = "Standard"
 NODE_OS_WINDOW = {
     "frequency": "Weekly",
@@ -162,6 +170,7 @@ class AKSCluster:
         storage_class = self.storage_class(provider_config)
         facts = c.facts(provider_config, storage_class)
         facts.pool_devices = self.infiniband_devices(pools)
+        facts.load_balancer_annotations = LOAD_BALANCER_ANNOTATIONS
         return facts
 
     def network(self) -> None:

@@ -235,6 +235,11 @@ def envoy_proxy(service_annotations: Iterable[tuple[str, str]] = ()) -> dict:
 
 # Where an EnvoyProxy keeps its Service's annotations (envoy_proxy).
 SERVICE_ANNOTATIONS = ("spec", "provider", "kubernetes", "envoyService", "annotations")
+# Annotations that choose which load balancer a cloud makes for the Service. Changed on a live
+# Service, the AWS cloud provider creates a new load balancer and leaks the old one
+# (kubernetes/cloud-provider-aws#1254), so a live Service keeps them as it has them (or without
+# them). Every other annotation tunes the load balancer in place and follows the cloud's value.
+CHOOSES_LOAD_BALANCER = frozenset({"service.beta.kubernetes.io/aws-load-balancer-type"})
 
 
 def service_annotations(annotations: object) -> tuple[tuple[str, str], ...]:

@@ -264,15 +264,21 @@ def components(stack: str, source: str) -> tuple[Component, ...]:
 
 
 def load_balancer_annotations(inputs: Inputs, cluster: ClusterFacts) -> tuple[tuple[str, str], ...]:
-    """The cloud's annotations for the gateway's Service, except on an EnvoyProxy composed
-    without them: a live Service's load balancer type never changes, because the AWS cloud
-    provider then creates a new load balancer and leaks the old one
-    (kubernetes/cloud-provider-aws#1254)."""
+    """The cloud's annotations for the gateway's Service; on a composed EnvoyProxy, those that
+    choose the load balancer (gateway.CHOOSES_LOAD_BALANCER) stay as it has them: a live
+    Service's load balancer type never changes."""
     seen = inputs.observed.resources.get("gateway-proxy")
     if seen is None:
         return cluster.load_balancer_annotations
-    return gateway.service_annotations(
+    live = gateway.service_annotations(
         seen.get("spec", "forProvider", "manifest", *gateway.SERVICE_ANNOTATIONS)
+    )
+    chooses = gateway.CHOOSES_LOAD_BALANCER
+    return tuple(
+        sorted(
+            [(k, v) for k, v in live if k in chooses]
+            + [(k, v) for k, v in cluster.load_balancer_annotations if k not in chooses]
+        )
     )
 
 

@@ -653,9 +653,24 @@ def test_eks_asks_for_a_network_load_balancer_and_the_others_for_their_default()
     assert envoy_service(eks)["annotations"] == {
         "service.beta.kubernetes.io/aws-load-balancer-type": "nlb"
     }
-    for name in ("gke", "aks", "nebius", "vultr"):
+    assert envoy_service(provisioned("aks")[2])["annotations"] == {
+        "service.beta.kubernetes.io/azure-load-balancer-tcp-idle-timeout": "30"
+    }
+    for name in ("gke", "nebius", "vultr"):
         assert "annotations" not in envoy_service(provisioned(name)[2]), name
     assert "annotations" not in envoy_service(converged()[2])
+
+
+def test_a_live_envoy_proxy_gains_what_tunes_its_load_balancer():
+    """An annotation that only tunes the load balancer (AKS's idle timeout) reaches a Service
+    composed without it, in place; one a live Service does not carry and that would choose
+    another load balancer never does (below)."""
+    xr, req, out = provisioned("aks")
+    before = reported(out)
+    manifest = before.resources["gateway-proxy"].body["spec"]["forProvider"]["manifest"]
+    del manifest["spec"]["provider"]["kubernetes"]["envoyService"]["annotations"]
+    again = compose_cluster(xr, req, before, INSTALLED)
+    assert envoy_service(again) == envoy_service(out)
 
 
 def test_a_composed_envoy_proxy_keeps_the_load_balancer_it_has():
