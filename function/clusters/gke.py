@@ -5,10 +5,11 @@ The project comes from the GCP ProviderConfig the credentials name (fetched as a
 resource): Workload Identity, the service accounts and their IAM grants need it. GKE's kubeconfig
 carries no user credentials, and the GCP ProviderConfig's own credentials may be an injected
 identity or impersonation that no other provider can borrow; so the cluster gets an identity of
-its own: a service account with `roles/container.admin` and a key, whose connection Secret the
-ProviderConfigs reaching the cluster use as GoogleApplicationCredentials (provider-kubernetes
-v1.3.1 and provider-helm (v1.3.0 and v1.4.0) read the JSON key from the Secret key they are given;
-provider-upjet-gcp writes it decoded under `private_key`).
+its own: a service account with `roles/container.admin` and a key (rotated before 90 days:
+GKECluster.access_keys), whose connection Secret the ProviderConfigs reaching the cluster use as
+GoogleApplicationCredentials (provider-kubernetes v1.3.1 and provider-helm (v1.3.0 and v1.4.0)
+read the JSON key from the Secret key they are given; provider-upjet-gcp writes it decoded under
+`private_key`).
 
 GPU pools follow GKE's DRA guide ("Prepare GKE infrastructure for DRA workloads"): GKE's driver
 installation and device plugin are off, and the COS driver-installer DaemonSet GKE documents
