@@ -37,23 +37,32 @@ _REASON_NAMES = 5
 
 
 class Edge(NamedTuple):
-    """of outlives by (resource keys). A tuple: a composition makes one for each Usage, and a
-    frozen dataclass cost twice as much to make."""
+    """of outlives by (resource keys); the Usage goes by named instead of of when given. A tuple:
+    a composition makes one for each Usage, and a frozen dataclass cost twice as much to make."""
 
     of: str
     by: str
+    named: str = ""
+
+
+# A resource key, or (resource key, the key its Usages go by): an anchor that changes (GKE's
+# access key, rotated) keeps its Usages, which then move to the new resource in place. A composed
+# Usage that goes waits until its user is gone (crossplane v2.2.1
+# internal/controller/protection/usage/reconciler.go), so one whose user lives on never goes.
+Anchor = str | tuple[str, str]
 
 
 def edges(
-    components: Sequence[Component], desired: dict[str, Desired], anchors: tuple[str, ...]
+    components: Sequence[Component], desired: dict[str, Desired], anchors: tuple[Anchor, ...]
 ) -> list[Edge]:
     """The deletion order between composed resources, as of/by pairs of resource keys."""
     out = []
+    roots = [(a, "") if isinstance(a, str) else a for a in anchors]
     for c in components:
         if c.resource_key not in desired:
             continue
-        ofs = [RESOURCE_KEYS[d] for d in c.after] if c.after else list(anchors)
-        out += [Edge(of, c.resource_key) for of in ofs if of in desired]
+        ofs = [(RESOURCE_KEYS[d], "") for d in c.after] if c.after else roots
+        out += [Edge(of, c.resource_key, named) for of, named in ofs if of in desired]
         watched = [RESOURCE_KEYS[w] for w in c.watches]
         out += [Edge(c.resource_key, by) for by in watched if by in desired]
     return out
@@ -67,11 +76,12 @@ def render(edges_: list[Edge], desired: dict[str, Desired], xr: str) -> dict[str
     out = {}
     for edge in edges_:
         of, by = desired[edge.of].body, desired[edge.by].body
-        named = (edge.of, edge.by, *_named(of), *_named(by))
+        label = edge.named or edge.of
+        named = (label, edge.of, edge.by, *_named(of), *_named(by))
         kept = group.items.get(named)
         if kept is None:
-            body = _usage(xr, edge, _ref(of), _ref(by))
-            kept = (f"usage-{edge.of}-by-{edge.by}", Desired(body, ready=True, shared=True))
+            body = _usage(xr, label, edge.by, _ref(of), _ref(by))
+            kept = (f"usage-{label}-by-{edge.by}", Desired(body, ready=True, shared=True))
             group.add(named, kept)
         out[kept[0]] = kept[1]
     return out
@@ -81,12 +91,12 @@ def _named(body: dict) -> tuple[str, str, str]:
     return body["apiVersion"], body["kind"], body["metadata"]["name"]
 
 
-def _usage(xr: str, edge: Edge, of: dict, by: dict) -> dict:
+def _usage(xr: str, label: str, user: str, of: dict, by: dict) -> dict:
     return {
         "apiVersion": USAGE_API,
         "kind": "Usage",
         "metadata": {
-            "name": names.cloud_name(xr, "usage", edge.of, edge.by),
+            "name": names.cloud_name(xr, "usage", label, user),
             "namespace": names.SYSTEM_NAMESPACE,
         },
         "spec": {
@@ -165,7 +175,7 @@ def guard(xr: str, running: dict[str, list[str]]) -> dict | None:
 
 def compose(
     inputs: Inputs,
-    anchors: tuple[str, ...],
+    anchors: tuple[Anchor, ...],
     outlives: tuple[tuple[str, str], ...],
     components: Sequence[Component],
     desired: dict[str, Desired],

@@ -132,8 +132,9 @@ class Cloud:
     results: list[Result] = field(default_factory=list)
     invalid_pools: dict[str, str] = field(default_factory=dict)
     waiting_pools: list[str] = field(default_factory=list)
-    # The resource whose kubeconfig the stack installs through: it outlives the stack.
-    anchors: tuple[str, ...] = ("cluster",)
+    # The resource whose kubeconfig the stack installs through: it outlives the stack
+    # (usages.Anchor).
+    anchors: tuple[str | tuple[str, str], ...] = ("cluster",)
     # (of, by): within the cluster, of outlives by.
     outlives: list[tuple[str, str]] = field(default_factory=list)
 

@@ -24,8 +24,10 @@ class ClusterFacts:
     nvidia_driver_installers: tuple[str, ...] = ()
     # Annotations of the gateway's LoadBalancer Service, for the cloud's load balancer.
     load_balancer_annotations: tuple[tuple[str, str], ...] = ()
-    # Resources the serving stack needs alive until it is uninstalled: the kubeconfig's writer.
-    anchors: tuple[str, ...] = ()
+    # Resources the serving stack needs alive until it is uninstalled: the kubeconfig's writer
+    # (or GKE's access key); (resource key, the key its Usages go by) for one that changes
+    # (usages.Anchor).
+    anchors: tuple[str | tuple[str, str], ...] = ()
     # (of, by) resource keys: within the cluster, of outlives by.
     outlives: tuple[tuple[str, str], ...] = ()
     # Devices the cloud gives a pool's nodes beyond what its class declares, published in

@@ -5,10 +5,11 @@ The project comes from the GCP ProviderConfig the credentials name (fetched as a
 resource): Workload Identity, the service accounts and their IAM grants need it. GKE's kubeconfig
 carries no user credentials, and the GCP ProviderConfig's own credentials may be an injected
 identity or impersonation that no other provider can borrow; so the cluster gets an identity of
-its own: a service account with `roles/container.admin` and a key, whose connection Secret the
-ProviderConfigs reaching the cluster use as GoogleApplicationCredentials (provider-kubernetes
-v1.3.1 and provider-helm (v1.3.0 and v1.4.0) read the JSON key from the Secret key they are given;
-provider-upjet-gcp writes it decoded under `private_key`).
+its own: a service account with `roles/container.admin` and a key (rotated before 90 days:
+GKECluster.access_keys), whose connection Secret the ProviderConfigs reaching the cluster use as
+GoogleApplicationCredentials (provider-kubernetes v1.3.1 and provider-helm (v1.3.0 and v1.4.0)
+read the JSON key from the Secret key they are given; provider-upjet-gcp writes it decoded under
+`private_key`).
 
 GPU pools follow GKE's DRA guide ("Prepare GKE infrastructure for DRA workloads"): GKE's driver
 installation and device plugin are off, and the COS driver-installer DaemonSet GKE documents
@@ -17,21 +18,28 @@ installs the driver, so the NVIDIA DRA driver is the only allocator of the GPUs.
 
 import copy
 import functools
+import itertools
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from function import kube, names, shapes
+from function import clock, kube, names, shapes
 from function.clusters import gke_driver
 from function.clusters.base import (
     NO_LATE_INIT,
+    PROVIDER_CONFIG_KEYS,
     SYSTEM_LABELS,
     SYSTEM_NODES,
     Cloud,
     Pool,
     Scaling,
     minor,
+    observed_reason,
     pool_labels,
     text,
 )
 from function.clusters.facts import ClusterFacts
+from function.failures import failure
+from function.inputs import ObservedResource, is_true
 from function.models import GKE
 from function.providerconfigs import Identity, SecretKey
 
@@ -115,6 +123,16 @@ ACCESS_ROLE = "roles/container.admin"
 NODE_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader")
 # provider-upjet-gcp writes the decoded JSON key of a ServiceAccountKey under this key.
 KEY_SECRET_KEY = "private_key"  # noqa: S105 - the name of a key in a Secret
+# The access key rotates (CIS GCP 1.7: user-managed keys rotated within 90 days). Its successor is
+# made at 75 days, by the key's own validAfter (the IAM API's validAfterTime, its creation:
+# terraform-provider-google resource_google_service_account_key.go), or at 5/6 of a shorter life
+# an organisation policy gives keys (iam.serviceAccountKeyExpiryHours, validBefore): 15 days for
+# the successor to be made and Ready, the ProviderConfigs to move and the old key to go, through
+# a provider or API outage, before the key is 90 days old. Resource keys `access-key` (the first
+# key, as live clusters have it), then `access-key-2`, `access-key-3`...; at most two at a time.
+KEY = "access-key"
+KEY_MAX_AGE = timedelta(days=90)
+KEY_ROTATES_AFTER = timedelta(days=75)
 IDENTITY_TYPE = "GoogleApplicationCredentials"
 # GCP ProviderConfig sources that hold no key. The cluster's ProviderConfigs then take the
 # providers' own Google identity (application default credentials: provider-kubernetes v1.3.1
@@ -177,6 +195,14 @@ class GKECluster:
         self.cluster_name = cloud.name("gke", limit=40)
         self.labels = {"modelplane-ai-cluster": names.cloud_name(cloud.xr)}
         self.key_secret = names.child_name(cloud.xr, "gcp-access-key")
+        # The access keys observed, by generation (only their names are gone through: a
+        # resource read is one the kept composition depends on).
+        observed = cloud.inputs.observed.resources
+        self.keys_seen = {
+            generation: observed[key]
+            for key in observed
+            if key.startswith(KEY) and (generation := key_generation(key)) is not None
+        }
 
     def render(self) -> ClusterFacts:
         c = self.cloud
@@ -213,7 +239,7 @@ class GKECluster:
         (iam.disableServiceAccountKeyCreation) can run it. A cluster composed with a key keeps
         it: a changed ProviderConfig never removes what reaches a running stack."""
         c = self.cloud
-        if any(c.observed(k) is not None for k in ("access-service-account", "access-key")):
+        if self.keys_seen or c.observed("access-service-account") is not None:
             return False
         remembered = c.remembered_identity()
         if remembered is not None and remembered.secret is None:
@@ -222,19 +248,114 @@ class GKECluster:
         return credentials.get("source") in KEYLESS_SOURCES
 
     def access_key(self, project: str | None) -> tuple[Identity, bool]:
-        """The access account, its grant and its JSON key; the identity the ProviderConfigs
-        take from the key's Secret, and whether the key and its grant are ready."""
+        """The access account, its grant and its keys (rotated: access_keys); the identity the
+        ProviderConfigs take from a key's Secret, and whether that key and its grant are ready."""
         c = self.cloud
         self.service_account("access", (ACCESS_ROLE,), project)
-        self.key()
-        # The stack uninstalls through the key; the key goes before its grant and the cluster.
-        c.anchors = ("access-key",)
-        c.outlives += [("cluster", "access-key"), ("access-iam-member-0", "access-key")]
-        ready = c.is_ready("access-key") and c.is_ready("access-iam-member-0")
-        identity = Identity(IDENTITY_TYPE, SecretKey(self.key_secret, KEY_SECRET_KEY))
-        if not ready:  # ProviderConfigs made with another identity keep it until then
-            return c.remembered_identity() or identity, ready
-        return identity, ready
+        keys = self.access_keys()
+        for generation in keys.composed:
+            self.key(generation)
+        made = [key_resource(g) for g in keys.composed if key_resource(g) in c.resources]
+        # The stack uninstalls through the key the ProviderConfigs hold; its Usages go by
+        # `access-key` whichever key that is, and move to the next key in place (usages.Anchor).
+        c.anchors = ((key_resource(keys.anchor), KEY),)
+        # Each key goes before its grant and the cluster; a successor outlives the key before it,
+        # which outlives the stack while the ProviderConfigs may still hold it.
+        for key in made:
+            c.outlives += [("cluster", key), ("access-iam-member-0", key)]
+        c.outlives += [(newer, older) for older, newer in itertools.pairwise(made)]
+        identity = Identity(IDENTITY_TYPE, SecretKey(self.secret(keys.use), KEY_SECRET_KEY))
+        if not keys.ready:  # ProviderConfigs made with another identity keep it until then
+            return c.remembered_identity() or identity, False
+        return identity, True
+
+    def access_keys(self) -> "Keys":
+        """Which access keys are composed, and which one the ProviderConfigs take, from what is
+        observed alone (the keys, their age, the Secret each ProviderConfig names, the Usages):
+
+        1. the key both ProviderConfigs are observed on reaches its rotation age: its successor
+           is composed, and the ProviderConfigs keep the key they have;
+        2. the successor is Ready with its Secret written (and the grant Ready): both
+           ProviderConfigs move to it; the older key still outlives the stack;
+        3. both ProviderConfigs are observed on it: the stack's Usages move to it;
+        4. no observed Usage names the older key any more: it goes.
+
+        A key observed, or named by an observed ProviderConfig, is always composed: an
+        observation missing for a moment drops nothing, and a successor that fails keeps the
+        ProviderConfigs where they are (the XR says why)."""
+        c = self.cloud
+        seen = self.keys_seen
+        held = [self.secret_generation(c.observed(k)) for k in PROVIDER_CONFIG_KEYS]
+        in_use = {g for g in held if g is not None}
+        on = held[0] if len(in_use) == 1 and None not in held else None
+        composed = set(seen) | in_use or {1}
+        newest = max(composed)
+        if on == newest and newest in seen and rotation_due(seen[newest]):
+            composed.add(newest + 1)
+        grant = c.is_ready("access-iam-member-0")
+        usable = {g for g in composed if grant and g in seen and key_usable(seen[g])}
+        use = max(usable | in_use, default=max(composed))
+        if on is not None:
+            composed -= {g for g in composed if g < on and not self.kept_by_usages(g)}
+        self.warn_rotation(sorted(composed), use, usable)
+        # The stack's Usages keep the key both ProviderConfigs are observed on; otherwise the
+        # oldest key, which every newer one outlives.
+        anchor = on if on is not None else min(composed)
+        return Keys(tuple(sorted(composed)), use, use in usable | in_use, anchor)
+
+    def kept_by_usages(self, generation: int) -> bool:
+        """Whether an observed Usage still names the key as what it keeps (it may go only once
+        the Usages have moved to its successor: Crossplane refuses to delete what a Usage
+        names)."""
+        c, name = self.cloud, self.key_name(generation)
+        return any(
+            c.observed(key).get("spec", "of", "resourceRef", "name") == name
+            for key in c.inputs.observed.resources
+            if key.startswith(f"usage-{KEY}")
+        )
+
+    def warn_rotation(self, composed: list[int], use: int, usable: set[int]) -> None:
+        """Why the ProviderConfigs stay on a key while its successor exists: the provider reports
+        the successor failing, or the key in use is past 90 days."""
+        c = self.cloud
+        for generation in (g for g in composed if g > use and g in self.keys_seen):
+            successor = self.keys_seen[generation]
+            if generation in usable:
+                continue
+            why = failure(successor)
+            held = self.keys_seen.get(use)
+            made = key_made(held) if held is not None else None
+            late = made is not None and clock.reached(made + KEY_MAX_AGE)
+            if not (why or late):
+                continue
+            because = why or observed_reason(successor) or "not Ready"
+            age = " is over 90 days old (CIS GCP 1.7) and" if late else ""
+            c.warn(
+                f"access key rotation: {key_resource(use)}{age} stays in use by the cluster's "
+                f"ProviderConfigs until its successor {key_resource(generation)} is Ready with "
+                f"its Secret written; {key_resource(generation)}: {because}",
+                reason="AccessKeyRotation",
+            )
+
+    def key_name(self, generation: int) -> str:
+        c = self.cloud
+        return c.name(KEY) if generation == 1 else c.name(KEY, str(generation))
+
+    def secret(self, generation: int) -> str:
+        """The key's connection Secret, one per key: a ProviderConfig moves to a Secret written
+        whole, never to one being rewritten."""
+        return self.key_secret if generation == 1 else f"{self.key_secret}-{generation}"
+
+    def secret_generation(self, provider_config: ObservedResource | None) -> int | None:
+        """The key whose Secret an observed ProviderConfig names, if one of them."""
+        ref = provider_config.get("spec", "identity", "secretRef") if provider_config else None
+        name = ref.get("name") if isinstance(ref, dict) else None
+        if not isinstance(name, str):
+            return None
+        if name == self.key_secret:
+            return 1
+        tail = name.removeprefix(f"{self.key_secret}-")
+        return int(tail) if tail != name and is_generation(tail) else None
 
     def mr(self, key: str, api: str, kind: str, name: str, for_provider: dict, **kw) -> dict:
         return self.cloud.managed(key, api, kind, name, for_provider, **kw)
@@ -365,21 +486,22 @@ class GKECluster:
             build = functools.partial(grant, i)
             c.keep_or_build(f"{role}-iam-member-{i}", {"project": project}, build, waits)
 
-    def key(self) -> None:
-        """The access account's JSON key, written to the Secret the ProviderConfigs read."""
+    def key(self, generation: int) -> None:
+        """One of the access account's JSON keys, written to a Secret of its own."""
         c = self.cloud
-        if not c.when("access-key", "access-service-account" in c.resources, "the service account"):
+        key = key_resource(generation)
+        if not c.when(key, "access-service-account" in c.resources, "the service account"):
             return
         self.mr(
-            "access-key",
+            key,
             CLOUDPLATFORM,
             "ServiceAccountKey",
-            c.name("access-key"),
+            self.key_name(generation),
             {
                 "serviceAccountIdRef": {"name": self.sa_name("access")},
                 "privateKeyType": "TYPE_GOOGLE_CREDENTIALS_FILE",
             },
-            connection_secret=self.key_secret,
+            connection_secret=self.secret(generation),
         )
 
     # --- the control plane and the node pools ----------------------------------------------------
@@ -674,6 +796,63 @@ class GKECluster:
             "the VPC network and the Filestore API",
         )
         return STORAGE_CLASS if key in c.resources else None
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The access keys of one reconcile, by generation: those composed, the one the
+    ProviderConfigs take and whether it is ready (or already held), and the one the stack's
+    Usages keep."""
+
+    composed: tuple[int, ...]
+    use: int
+    ready: bool
+    anchor: int
+
+
+def key_resource(generation: int) -> str:
+    return KEY if generation == 1 else f"{KEY}-{generation}"
+
+
+def is_generation(text: str) -> bool:
+    """A generation after the first, as key_resource writes it."""
+    return text.isdigit() and str(int(text)) == text and int(text) > 1
+
+
+def key_generation(resource_key: str) -> int | None:
+    if resource_key == KEY:
+        return 1
+    tail = resource_key.removeprefix(f"{KEY}-")
+    return int(tail) if tail != resource_key and is_generation(tail) else None
+
+
+def key_made(seen: ObservedResource) -> datetime | None:
+    """When the key was made: its validAfter, else (not reported) its resource's creation,
+    which comes first."""
+    return clock.parse(seen.at_provider("validAfter")) or clock.parse(
+        seen.get("metadata", "creationTimestamp")
+    )
+
+
+def rotation_due(seen: ObservedResource) -> bool:
+    """Whether the key has reached its rotation age (KEY_ROTATES_AFTER, or 5/6 of a shorter
+    life its validBefore gives it); unknown age: not yet."""
+    made = key_made(seen)
+    if made is None:
+        return False
+    after = KEY_ROTATES_AFTER
+    ends = clock.parse(seen.at_provider("validBefore"))
+    if ends is not None and ends > made:
+        after = min(after, (ends - made) * 5 / 6)
+    return clock.reached(made + after)
+
+
+def key_usable(seen: ObservedResource) -> bool:
+    """Ready, with its Secret written: Crossplane read the key from it, or the reconcile that
+    found it Ready also published it (crossplane-runtime v2.2.1 pkg/reconciler/managed publishes
+    them after each Observe, before anything else; a failed publish is Synced=False)."""
+    written = KEY_SECRET_KEY in seen.connection_keys or is_true(seen.condition("Synced"))
+    return seen.ready and written
 
 
 def initial_per_zone(size: Scaling, zones: int) -> int:

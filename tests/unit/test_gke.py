@@ -2,13 +2,14 @@
 pools with the COS driver installer, pools sized as GKE counts nodes, upgrades, shapes."""
 
 import copy
+import itertools
 import re
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
 
-from function import clusters, names
+from function import clock, clusters, names
 from function.clusters import gke, gke_driver
 from function.clusters.base import Scaling
 from function.compose import compose_cluster
@@ -262,6 +263,299 @@ def test_the_key_outlives_the_stack_and_the_cluster_and_grant_outlive_the_key():
     assert "usage-access-key-by-release-cert-manager" in usages
     assert {"usage-cluster-by-access-key", "usage-access-iam-member-0-by-access-key"} <= usages
     assert not [u for u in usages if u.startswith("usage-cluster-by-release")]
+
+
+# --- the access key's rotation -------------------------------------------------------------------
+
+XR = "gke-us-central"
+DAY0 = datetime(2026, 1, 5, 9, tzinfo=UTC)
+STACK = "release-cert-manager"  # a component that comes after nothing: it uses the anchor
+
+
+def secret(generation: int) -> str:
+    first = names.child_name(XR, "gcp-access-key")
+    return first if generation == 1 else f"{first}-{generation}"
+
+
+def key_name(generation: int) -> str:
+    return names.cloud_name(
+        XR, *(("access-key",) if generation == 1 else ("access-key", str(generation)))
+    )
+
+
+class Keys:
+    """The providers, with each key's validAfter the moment it was first observed (the IAM API's
+    validAfterTime is its creation)."""
+
+    def __init__(self) -> None:
+        self.made: dict[str, datetime] = {}
+
+    def report(self, out, drop=(), lost=()):
+        """What the providers report of out: drop_status for drop, nothing at all for lost."""
+        seen = reported(out, drop_status=tuple(drop))
+        for key in lost:
+            del seen.resources[key]
+        for key, res in seen.resources.items():
+            if gke.key_generation(key) is None or key in drop:
+                continue
+            made = self.made.setdefault(res.body["metadata"]["name"], clock.now())
+            res.body["status"]["atProvider"]["validAfter"] = made.strftime("%Y-%m-%dT%H:%M:%SZ")
+            res.body["status"]["atProvider"]["validBefore"] = "9999-12-31T23:59:59Z"
+        return seen
+
+
+def keyed():
+    xr, classes = example("gke")
+    return xr, required(classes, provider_configs("gke"))
+
+
+def at(day: float, xr, req, observed):
+    with clock.fixed(DAY0 + timedelta(days=day)):
+        return compose_cluster(xr, req, observed)
+
+
+def keys_of(out) -> list[str]:
+    return sorted(k for k in out.resources if gke.key_generation(k) is not None)
+
+
+def held(out) -> set[str]:
+    """The Secrets the ProviderConfigs name."""
+    return {
+        out.resources[k].body["spec"]["identity"]["secretRef"]["name"]
+        for k in ("provider-config-helm", "provider-config-kubernetes")
+    }
+
+
+def kept(out) -> str:
+    """The key the stack's Usages keep (every component that comes after nothing)."""
+    of = out.resources[f"usage-access-key-by-{STACK}"].body["spec"]["of"]
+    assert of["kind"] == "ServiceAccountKey"
+    return of["resourceRef"]["name"]
+
+
+def usage_pairs(out) -> set[tuple[str, str]]:
+    """(of, by) names of every Usage."""
+    return {
+        (d.body["spec"]["of"]["resourceRef"]["name"], d.body["spec"]["by"]["resourceRef"]["name"])
+        for k, d in out.resources.items()
+        if k.startswith("usage-") and "by" in d.body["spec"]
+    }
+
+
+def converged_keyed(keys: Keys):
+    xr, req = keyed()
+    with clock.fixed(DAY0):
+        out = compose_cluster(xr, req, Observed())
+        for _ in range(sim.MAX_PASSES):
+            again = compose_cluster(xr, req, keys.report(out))
+            if again.resources == out.resources:
+                return xr, req, again
+            out = again
+    raise AssertionError("no convergence")
+
+
+def rotate(keys: Keys, xr, req, out, day: float, generation: int) -> list:
+    """One rotation from generation - 1 to generation at day: each reconcile's output, checked
+    step by step."""
+    with clock.fixed(DAY0 + timedelta(days=day)):  # keys made now are made at day
+        return _rotate(keys, xr, req, out, day, generation)
+
+
+def _rotate(keys: Keys, xr, req, out, day: float, generation: int) -> list:
+    old, new = generation - 1, generation
+    old_key, new_key = gke.key_resource(old), gke.key_resource(new)
+    # 1. the successor appears; the ProviderConfigs and the Usages stay on the old key.
+    first = at(day, xr, req, keys.report(out))
+    assert keys_of(first) == sorted([old_key, new_key])
+    assert held(first) == {secret(old)}
+    assert kept(first) == key_name(old)
+    body = first.resources[new_key].body
+    assert body["metadata"]["name"] == key_name(new)
+    assert body["spec"]["writeConnectionSecretToRef"] == {"name": secret(new)}
+    assert body["spec"]["forProvider"] == out.resources[old_key].body["spec"]["forProvider"]
+    # The successor outlives the old key, which outlives the stack.
+    assert (key_name(new), key_name(old)) in usage_pairs(first)
+    # 2. the successor is Ready with its Secret: both ProviderConfigs move to it.
+    second = at(day, xr, req, keys.report(first))
+    assert keys_of(second) == sorted([old_key, new_key])
+    assert held(second) == {secret(new)}
+    assert kept(second) == key_name(old)  # the ProviderConfigs may still be observed on it
+    # 3. both are observed on it: the stack's Usages move to it, in place (same key and name).
+    third = at(day, xr, req, keys.report(second))
+    assert keys_of(third) == sorted([old_key, new_key])
+    assert kept(third) == key_name(new)
+    assert (
+        third.resources[f"usage-access-key-by-{STACK}"].body["metadata"]["name"]
+        == out.resources[f"usage-access-key-by-{STACK}"].body["metadata"]["name"]
+    )
+    # 4. no observed Usage keeps the old key: it goes, and the Usages naming it with it.
+    fourth = at(day, xr, req, keys.report(third))
+    assert keys_of(fourth) == [new_key]
+    assert held(fourth) == {secret(new)}
+    assert not [p for p in usage_pairs(fourth) if key_name(old) in p]
+    assert {f"usage-cluster-by-{new_key}", f"usage-access-iam-member-0-by-{new_key}"} <= set(
+        fourth.resources
+    )
+    # 5. and it holds.
+    fifth = at(day, xr, req, keys.report(fourth))
+    assert fifth.resources == fourth.resources
+    return [first, second, third, fourth, fifth]
+
+
+def test_a_fresh_key_is_left_alone_until_its_rotation_age():
+    keys = Keys()
+    xr, req, out = converged_keyed(keys)
+    assert keys_of(out) == ["access-key"] and held(out) == {secret(1)}
+    for day in (1, 30, 74.9):
+        assert at(day, xr, req, keys.report(out)).resources == out.resources
+
+
+def test_the_key_rotates_at_75_days_with_no_window_the_providers_hold_a_dead_key():
+    """Each step waits for what it needs observed: the successor Ready before the
+    ProviderConfigs move, both ProviderConfigs observed on it before the Usages move, the
+    Usages moved before the old key goes; the key the ProviderConfigs name always exists."""
+    keys = Keys()
+    xr, req, out = converged_keyed(keys)
+    steps = rotate(keys, xr, req, out, 75, 2)
+    for before, after in itertools.pairwise([out, *steps]):
+        # What the ProviderConfigs are observed on, and what they are told, is composed.
+        for generation in (1, 2):
+            if secret(generation) in held(before) | held(after):
+                assert gke.key_resource(generation) in after.resources
+
+
+def test_the_rotation_runs_again_and_again():
+    keys = Keys()
+    xr, req, out = converged_keyed(keys)
+    out = rotate(keys, xr, req, out, 80, 2)[-1]
+    # The second key is 75 days old 75 days after it was made.
+    assert at(154.9, xr, req, keys.report(out)).resources == out.resources
+    out = rotate(keys, xr, req, out, 155, 3)[-1]
+    out = rotate(keys, xr, req, out, 240, 4)[-1]
+    assert keys_of(out) == ["access-key-4"]
+    assert kept(out) == key_name(4)
+
+
+def test_a_live_cluster_with_an_old_key_rotates_it_on_upgrade():
+    """A live cluster's `access-key` is the first generation, kept as it is: once older than
+    75 days, its successor comes at the first reconcile."""
+    keys = Keys()
+    xr, req, out = converged_keyed(keys)
+    rotate(keys, xr, req, out, 400, 2)
+
+
+def test_a_shorter_key_life_rotates_at_five_sixths_of_it():
+    keys = Keys()
+    xr, req, out = converged_keyed(keys)
+    seen = keys.report(out)
+    at_provider = seen.resources["access-key"].body["status"]["atProvider"]
+    at_provider["validBefore"] = (DAY0 + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert "access-key-2" not in at(24.9, xr, req, seen).resources
+    assert "access-key-2" in at(25, xr, req, seen).resources
+
+
+def test_a_missing_observation_during_the_rotation_drops_no_key():
+    keys = Keys()
+    xr, req, out = converged_keyed(keys)
+    first, second, third, fourth, _ = rotate(keys, xr, req, out, 75, 2)
+    # The old key's status lost at the rotation age: no successor yet, nothing dropped.
+    lost = at(75, xr, req, keys.report(out, drop=("access-key",)))
+    assert keys_of(lost) == ["access-key"] and held(lost) == {secret(1)}
+    # The successor not observed (or its status lost): the ProviderConfigs stay; both keys stay.
+    for seen in (
+        keys.report(first, lost=("access-key-2",)),
+        keys.report(first, drop=("access-key-2",)),
+    ):
+        again = at(75, xr, req, seen)
+        assert keys_of(again) == ["access-key", "access-key-2"]
+        assert held(again) == {secret(1)}
+        assert again.resources["access-key-2"].body == first.resources["access-key-2"].body
+    # The old key not observed while the ProviderConfigs hold it: composed as it was.
+    again = at(75, xr, req, keys.report(first, lost=("access-key",)))
+    assert again.resources["access-key"].body == first.resources["access-key"].body
+    # The new key lost after the switch: the ProviderConfigs keep it, and it is composed (once
+    # the Usages have moved, the old key goes as it would).
+    for step, composed in ((second, ["access-key", "access-key-2"]), (third, ["access-key-2"])):
+        again = at(75, xr, req, keys.report(step, lost=("access-key-2",)))
+        assert held(again) == {secret(2)}
+        assert keys_of(again) == composed
+        assert again.resources["access-key-2"].body == step.resources["access-key-2"].body
+    # A ProviderConfig not observed: the old key stays, and keeps the stack.
+    for step in (second, third):
+        seen = keys.report(step, lost=("provider-config-kubernetes",))
+        again = at(75, xr, req, seen)
+        assert keys_of(again) == ["access-key", "access-key-2"]
+        assert kept(again) == key_name(1)
+    # The ProviderConfigs observed on different keys (one update failed): both stay.
+    seen = keys.report(second)
+    seen.resources["provider-config-kubernetes"].body["spec"]["identity"]["secretRef"]["name"] = (
+        secret(1)
+    )
+    again = at(75, xr, req, seen)
+    assert keys_of(again) == ["access-key", "access-key-2"] and held(again) == {secret(2)}
+    assert kept(again) == key_name(1)
+    # After the rotation, the key in use lost for a moment: composed as it is.
+    again = at(76, xr, req, keys.report(fourth, lost=("access-key-2",)))
+    assert set(again.resources) == set(fourth.resources)
+    assert all(d.body == fourth.resources[k].body for k, d in again.resources.items())
+
+
+def test_a_failing_successor_keeps_the_old_key_in_use_and_says_why():
+    keys = Keys()
+    xr, req, out = converged_keyed(keys)
+    first = at(75, xr, req, keys.report(out))
+    seen = keys.report(first)
+    seen.resources["access-key-2"].body["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "reason": "Creating"},
+        {
+            "type": "Synced",
+            "status": "False",
+            "reason": "ReconcileError",
+            "message": "create failed: googleapi: Error 400: Precondition check failed.",
+        },
+    ]
+    again = at(75, xr, req, seen)
+    assert held(again) == {secret(1)} and kept(again) == key_name(1)
+    assert keys_of(again) == ["access-key", "access-key-2"]
+    warning = next(r for r in again.results if r.reason == "AccessKeyRotation")
+    assert "access-key stays in use" in warning.message
+    assert "Precondition check failed" in warning.message
+    # Merely Creating for a while says nothing until the key in use is 90 days old.
+    seen = keys.report(first)
+    seen.resources["access-key-2"].body["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "reason": "Creating"},
+        {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+    ]
+    assert not [r for r in at(80, xr, req, seen).results if r.reason == "AccessKeyRotation"]
+    late = [r for r in at(90, xr, req, seen).results if r.reason == "AccessKeyRotation"]
+    assert "over 90 days old" in late[0].message
+    # Ready but its Secret not written (publishing failed): not yet.
+    seen = keys.report(first)
+    seen.resources["access-key-2"].body["status"]["conditions"][1] = {
+        "type": "Synced",
+        "status": "False",
+        "reason": "ReconcileError",
+        "message": "cannot publish connection details",
+    }
+    assert held(at(75, xr, req, seen)) == {secret(1)}
+
+
+def test_an_xr_deleted_mid_rotation_uninstalls_through_whichever_key_is_held():
+    """At every step, each key a ProviderConfig is (or may be observed) on outlives the stack:
+    it is the key the stack's Usages keep, or outlives it through the successor's Usage."""
+    keys = Keys()
+    xr, req, out = converged_keyed(keys)
+    steps = rotate(keys, xr, req, out, 75, 2)
+    for before, after in itertools.pairwise([out, *steps]):
+        pairs = usage_pairs(after)
+        anchored = kept(after)
+        outlive = {anchored} | {of for of, by in pairs if by == anchored}
+        for generation in (1, 2):
+            if secret(generation) in held(before) | held(after):
+                assert key_name(generation) in outlive, (generation, anchored)
+        # The cluster and the grant outlive every key.
+        for key in keys_of(after):
+            assert f"usage-cluster-by-{key}" in after.resources
 
 
 def test_nodes_run_as_a_least_privilege_service_account_of_their_own():

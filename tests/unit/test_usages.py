@@ -4,8 +4,11 @@ import copy
 
 import pytest
 
+from function import usages as usages_
 from function.compose import compose_cluster
+from function.output import Desired
 from function.serving import GATEWAY_SCHEMA, GATEWAYS
+from function.serving.components import Component
 from function.usages import GUARD
 from tests.builders import all_classes, example, provider_configs
 from tests.sim.providers import World
@@ -257,3 +260,28 @@ def test_the_cloud_load_balancer_is_gone_before_the_cluster_and_its_network(name
             assert outlives(pairs, key, watch), key
     if name == "aks":
         assert outlives(pairs, "subnet-network-contributor", watch)
+
+
+def test_an_anchor_that_changes_keeps_its_usages_which_move_to_the_new_resource_in_place():
+    """GKE's access key rotates: the Usages that keep it go by `access-key` whichever key is in
+    use, so they are updated, never deleted (a composed Usage being deleted waits for its user,
+    a release that lives on)."""
+
+    def key(name: str) -> Desired:
+        body = {"apiVersion": "cloudplatform.gcp.m.upbound.io/v1beta1", "kind": "ServiceAccountKey"}
+        return Desired({**body, "metadata": {"name": name}})
+
+    release = Desired({"apiVersion": "helm.m.crossplane.io/v1beta1", "kind": "Release"})
+    release.body["metadata"] = {"name": "cert-manager"}
+    root = Component("cert-manager", lambda _ctx: {}, chart=True)
+    made = {}
+    for anchor, name in (("access-key", "first"), ("access-key-2", "second")):
+        desired = {"access-key": key("first"), "access-key-2": key("second")}
+        desired[root.resource_key] = release
+        edges = usages_.edges([root], desired, ((anchor, "access-key"),))
+        made[anchor] = usages_.render(edges, desired, "xr-rotating")
+        ((usage_key, usage),) = made[anchor].items()
+        assert usage_key == f"usage-access-key-by-{root.resource_key}"
+        assert usage.body["spec"]["of"]["resourceRef"]["name"] == name
+    first, second = (next(iter(m.values())).body for m in made.values())
+    assert first["metadata"] == second["metadata"]
