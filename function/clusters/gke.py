@@ -254,7 +254,7 @@ class GKECluster:
         self.service_account("access", (ACCESS_ROLE,), project)
         keys = self.access_keys()
         for generation in keys.composed:
-            self.key(generation)
+            self.key(generation, waits=generation <= keys.use)
         made = [key_resource(g) for g in keys.composed if key_resource(g) in c.resources]
         # The stack uninstalls through the key the ProviderConfigs hold; its Usages go by
         # `access-key` whichever key that is, and move to the next key in place (usages.Anchor).
@@ -486,13 +486,16 @@ class GKECluster:
             build = functools.partial(grant, i)
             c.keep_or_build(f"{role}-iam-member-{i}", {"project": project}, build, waits)
 
-    def key(self, generation: int) -> None:
-        """One of the access account's JSON keys, written to a Secret of its own."""
+    def key(self, generation: int, waits: bool = True) -> None:
+        """One of the access account's JSON keys, written to a Secret of its own. A successor
+        the ProviderConfigs do not hold yet does not wait (waits=False): the cluster stays as
+        ready as the key in use keeps it while the next one is made (a failing one is said by
+        AccessKeyRotation)."""
         c = self.cloud
         key = key_resource(generation)
         if not c.when(key, "access-service-account" in c.resources, "the service account"):
             return
-        self.mr(
+        body = self.mr(
             key,
             CLOUDPLATFORM,
             "ServiceAccountKey",
@@ -503,6 +506,8 @@ class GKECluster:
             },
             connection_secret=self.secret(generation),
         )
+        if not waits:
+            c.add(key, body, ready=True)
 
     # --- the control plane and the node pools ----------------------------------------------------
 

@@ -373,6 +373,9 @@ def _rotate(keys: Keys, xr, req, out, day: float, generation: int) -> list:
     assert body["metadata"]["name"] == key_name(new)
     assert body["spec"]["writeConnectionSecretToRef"] == {"name": secret(new)}
     assert body["spec"]["forProvider"] == out.resources[old_key].body["spec"]["forProvider"]
+    # The cluster stays as ready as the key in use keeps it while the successor is made.
+    assert first.resources[new_key].ready
+    assert next(c for c in first.conditions if c.type == "ClusterReady").status
     # The successor outlives the old key, which outlives the stack.
     assert (key_name(new), key_name(old)) in usage_pairs(first)
     # 2. the successor is Ready with its Secret: both ProviderConfigs move to it.
