@@ -9,6 +9,8 @@ read from observed status and gated, so nothing names what does not exist yet.
 import json
 from datetime import timedelta
 
+import yaml
+
 from function import clock, kube, names, shapes
 from function.clusters import aws_network, eks_upgrade
 from function.clusters.base import (
@@ -630,7 +632,8 @@ class EKSCluster:
 
     def vpc_cni_values(self, key: str) -> str | None:
         """The VPC CNI add-on's configuration with the network policy agent on (VPC_CNI_VALUES),
-        over what its spec carries (set outside the function and late-initialised, kept).
+        merged over what its spec carries (set outside the function and late-initialised: JSON
+        or YAML, as EKS takes it), or None to leave it as it is.
 
         A new add-on has it from the start. A live one gets it once the aws-node Pod Identity
         association is Ready, so the roll it causes creates every aws-node pod with its Pod
@@ -638,21 +641,23 @@ class EKSCluster:
         c = self.cloud
         seen = c.observed(key)
         live = seen.get("spec", "forProvider", "configurationValues") if seen else None
+        live = live if isinstance(live, str) and live.strip() else None
         try:
-            values = json.loads(live) if isinstance(live, str) and live.strip() else {}
-        except ValueError:
+            values = yaml.safe_load(live) if live else {}
+        except yaml.YAMLError:
             values = None
         if not isinstance(values, dict):
             c.warn(
-                "add-on vpc-cni: its configurationValues are not a JSON object; the network "
-                'policy agent is not switched on (set enableNetworkPolicy: "true" there)',
+                "add-on vpc-cni: its configurationValues are not a JSON or YAML object, so the "
+                "function leaves them, and the network policy agent, as they are (add "
+                'enableNetworkPolicy: "true" there)',
                 reason="NetworkPolicyNotEnforced",
             )
-            return live if isinstance(live, str) else None
+            return live
         wanted = json.loads(VPC_CNI_VALUES)
         on = all(values.get(k) == v for k, v in wanted.items())
         if seen is not None and not on and not c.is_ready("pod-identity-vpc-cni"):
-            return live if isinstance(live, str) else None
+            return live
         return json.dumps({**values, **wanted}, sort_keys=True)
 
     def kubeconfig_ready(self) -> bool:

@@ -987,7 +987,7 @@ def test_node_groups_of_a_new_cluster_wait_for_the_aws_node_association():
         out = compose_cluster(xr, all_classes(classes), seen)
     assert "pod-identity-vpc-cni" in out.resources
     assert not any(k.startswith("nodegroup-") or k == "system-nodegroup" for k in out.resources)
-    assert "vpc-cni Pod Identity" in out.conditions[0].message or not out.conditions[0].status
+    assert "system-nodegroup (vpc-cni Pod Identity)" in out.conditions[0].message
     out = compose_cluster(xr, all_classes(classes), reported(out))
     assert "system-nodegroup" in out.resources
 
@@ -1101,3 +1101,18 @@ def test_rolled_with_reads_a_daemonset_as_its_status_omits_zeros():
     unavailable = aws_node(True)
     unavailable["status"]["numberUnavailable"] = 1
     assert not rolled_with(unavailable, "--enable-network-policy=true")
+
+
+def test_network_policy_reads_an_add_on_configuration_in_yaml_and_leaves_one_it_cannot_read():
+    xr, classes, observed = live_cluster()
+    _, seen = step(xr, classes, observed)
+    spec = seen.resources["addon-vpc-cni"].body["spec"]["forProvider"]
+    spec["configurationValues"] = "env:\n  WARM_IP_TARGET: '5'\n"
+    out = compose_cluster(xr, all_classes(classes), seen)
+    values = out.resources["addon-vpc-cni"].body["spec"]["forProvider"]["configurationValues"]
+    assert json.loads(values) == {"env": {"WARM_IP_TARGET": "5"}, "enableNetworkPolicy": "true"}
+    spec["configurationValues"] = "[not, an, object]"
+    out = compose_cluster(xr, all_classes(classes), seen)
+    for_provider = out.resources["addon-vpc-cni"].body["spec"]["forProvider"]
+    assert for_provider["configurationValues"] == "[not, an, object]"
+    assert any(r.reason == "NetworkPolicyNotEnforced" for r in out.results)
