@@ -27,6 +27,7 @@ from function.clusters.base import (
     release,
 )
 from function.clusters.facts import ClusterFacts
+from function.inputs import ObservedResource
 from function.models import EKS
 from function.output import Result
 from function.versions import (
@@ -179,6 +180,11 @@ VPC_CNI_VALUES = json.dumps({"enableNetworkPolicy": "true"}, sort_keys=True)
 NETWORK_POLICY_FLAG = "--enable-network-policy=true"
 # The aws-node DaemonSet, observed (never changed) while the node role keeps the CNI policy.
 AWS_NODE = "aws-node-daemonset"
+# On that Object: the VPC CNI add-on already ran its network policy agent (set outside the
+# function) when the Object was made, so switching it on rolls nothing (node_handover).
+POLICY_BEFORE = "modelplane.ai/network-policy-before"
+# What `kubectl rollout restart` writes into a pod template.
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 
 
 def _iam(part: Part, cluster_name: str, tags: dict) -> None:
@@ -448,18 +454,26 @@ class EKSCluster:
 
     def observe_aws_node(self, provider_config: str | None) -> None:
         """The aws-node DaemonSet as it runs (an Observe-only Object: read, never changed nor
-        deleted, and not waited for)."""
+        deleted, and not waited for). Made once the VPC CNI add-on reports (Ready), and marked
+        (POLICY_BEFORE) when its network policy agent was on already: the function switches it
+        on only after this Object is made, so then it was set outside the function."""
         c = self.cloud
+        seen = c.observed(AWS_NODE)
+        before = seen.get("metadata", "annotations", POLICY_BEFORE) if seen else None
+        if seen is None and c.is_ready("addon-vpc-cni"):
+            before = "true" if network_policy_on(c.observed("addon-vpc-cni")) else "false"
 
-        def build(provider_config: str) -> None:
+        def build(provider_config: str, before: str) -> None:
             manifest = {
                 "apiVersion": "apps/v1",
                 "kind": "DaemonSet",
                 "metadata": {"name": "aws-node", "namespace": "kube-system"},
             }
             c.put(AWS_NODE, provider_config, manifest, policies=OBSERVE_ONLY)
+            c.resources[AWS_NODE].body["metadata"]["annotations"] = {POLICY_BEFORE: before}
 
-        c.keep_or_build(AWS_NODE, {"provider_config": provider_config}, build, "kubeconfig")
+        needs = {"provider_config": provider_config, "before": before}
+        c.keep_or_build(AWS_NODE, needs, build, "kubeconfig and the vpc-cni add-on")
         c.pending.pop(AWS_NODE, None)
         if AWS_NODE in c.resources:
             c.add(AWS_NODE, c.resources[AWS_NODE].body, ready=True)
@@ -467,9 +481,11 @@ class EKSCluster:
     def aws_node_on_pod_identity(self) -> bool:
         """Whether every aws-node pod was created after its Pod Identity association existed:
         the association is Ready, the VPC CNI add-on runs a version that takes Pod Identity
-        (v1.15.5+), and the aws-node DaemonSet has rolled out the template that switched the
-        network policy agent on, which the add-on is given only once the association is Ready
-        (addon), so each of its pods was created again after that."""
+        (v1.15.5+), and the aws-node DaemonSet has rolled out a template every pod of which was
+        created after that: the one that switched the network policy agent on, which the add-on
+        is given only once the association is Ready (vpc_cni_values); or, where the agent was on
+        before (POLICY_BEFORE), one restarted (`kubectl rollout restart`) after the association
+        became Ready, which the function asks for."""
         c = self.cloud
         if not c.is_ready("pod-identity-vpc-cni") or not c.is_ready("addon-vpc-cni"):
             return False
@@ -478,7 +494,34 @@ class EKSCluster:
             return False
         seen = c.observed(AWS_NODE)
         daemonset = seen.at_provider("manifest") if seen else None
-        return isinstance(daemonset, dict) and rolled_with(daemonset, NETWORK_POLICY_FLAG)
+        if not isinstance(daemonset, dict):
+            return False
+        before = seen.get("metadata", "annotations", POLICY_BEFORE)
+        if before == "false":
+            return rolled_with(daemonset, NETWORK_POLICY_FLAG)
+        return before == "true" and self.restarted_after_association(daemonset)
+
+    def restarted_after_association(self, daemonset: dict) -> bool:
+        """Whether aws-node was restarted (`kubectl rollout restart`) after its association
+        became Ready, and has rolled out; if not, a Warning asks for it. Two times the
+        providers report, compared with each other (the association's Ready transition, the
+        template's restartedAt), never with the clock."""
+        c = self.cloud
+        ready = c.observed("pod-identity-vpc-cni").condition("Ready") or {}
+        associated = clock.parse(ready.get("lastTransitionTime"))
+        template = (daemonset.get("spec") or {}).get("template") or {}
+        annotations = (template.get("metadata") or {}).get("annotations") or {}
+        restarted = clock.parse(annotations.get(RESTARTED_AT))
+        if associated and restarted and restarted > associated and rolled_with(daemonset, ""):
+            return True
+        c.warn(
+            "the VPC CNI add-on's network policy agent was on before this release, so no roll "
+            "moves aws-node onto its Pod Identity: now that the vpc-cni association is Ready, "
+            "run `kubectl rollout restart daemonset/aws-node -n kube-system`; the node role "
+            "keeps AmazonEKS_CNI_Policy until every aws-node pod is restarted after that",
+            reason="AwsNodeRestartNeeded",
+        )
+        return False
 
     def identities_outlive_their_users(self, node_groups: set[str]) -> None:
         """Every IAM role, policy and attachment outlives what acts with it, so a deletion never
@@ -1189,8 +1232,8 @@ def gpu_devices(pool: Pool) -> int | None:
 
 def rolled_with(daemonset: dict, arg: str) -> bool:
     """Whether a DaemonSet (as observed) has every pod at its current template, and that
-    template gives arg to one of its containers. Fields a DaemonSet's status leaves out at zero
-    (updatedNumberScheduled, numberAvailable, numberUnavailable) count as zero."""
+    template gives arg (if any) to one of its containers. Fields a DaemonSet's status leaves
+    out at zero (updatedNumberScheduled, numberAvailable, numberUnavailable) count as zero."""
     meta = daemonset.get("metadata") or {}
     status = daemonset.get("status") or {}
     generation = meta.get("generation")
@@ -1203,6 +1246,19 @@ def rolled_with(daemonset: dict, arg: str) -> bool:
         return False
     if status.get("numberAvailable", 0) != desired or status.get("numberUnavailable", 0):
         return False
+    if not arg:
+        return True
     template = (daemonset.get("spec") or {}).get("template") or {}
     containers = (template.get("spec") or {}).get("containers") or []
     return any(isinstance(c, dict) and arg in (c.get("args") or []) for c in containers)
+
+
+def network_policy_on(addon: ObservedResource | None) -> bool:
+    """Whether an observed VPC CNI add-on reports its network policy agent on."""
+    live = addon.at_provider("configurationValues") if addon else None
+    try:
+        values = yaml.safe_load(live) if isinstance(live, str) else None
+    except yaml.YAMLError:
+        return False
+    wanted = json.loads(VPC_CNI_VALUES)
+    return isinstance(values, dict) and all(values.get(k) == v for k, v in wanted.items())

@@ -1116,3 +1116,62 @@ def test_network_policy_reads_an_add_on_configuration_in_yaml_and_leaves_one_it_
     for_provider = out.resources["addon-vpc-cni"].body["spec"]["forProvider"]
     assert for_provider["configurationValues"] == "[not, an, object]"
     assert any(r.reason == "NetworkPolicyNotEnforced" for r in out.results)
+
+
+def test_where_the_network_policy_agent_was_on_before_only_a_restart_after_the_association_counts():
+    """An add-on whose agent was switched on outside the function rolls nothing when the
+    function switches it on: the CNI policy stays until aws-node is restarted after the
+    association became Ready (the template's restartedAt against the association's Ready
+    transition), and a Warning asks for that restart."""
+    xr, classes, observed = live_cluster()
+    addon = observed.resources["addon-vpc-cni"].body
+    addon["spec"]["forProvider"]["configurationValues"] = '{"enableNetworkPolicy": "true"}'
+    addon["status"]["atProvider"]["configurationValues"] = '{"enableNetworkPolicy": "true"}'
+    out, seen = step(xr, classes, observed, with_aws_node(aws_node(True)))
+    marked = out.resources["aws-node-daemonset"].body["metadata"]["annotations"]
+    assert marked == {"modelplane.ai/network-policy-before": "true"}
+    ready = next(
+        c
+        for c in seen.resources["pod-identity-vpc-cni"].body["status"]["conditions"]
+        if c["type"] == "Ready"
+    )
+    ready["lastTransitionTime"] = "2026-12-07T10:00:00Z"
+
+    def restarted(at: str | None, updated: int = 3):
+        daemonset = aws_node(True, updated=updated)
+        if at:
+            daemonset["spec"]["template"]["metadata"] = {
+                "annotations": {"kubectl.kubernetes.io/restartedAt": at}
+            }
+        with_aws_node(daemonset)(seen.resources)
+        return compose_cluster(xr, all_classes(classes), seen)
+
+    # Rolled long ago with the agent on, never restarted: kept, and the restart asked for.
+    kept = restarted(None)
+    assert "iam-attach-node-cni" in kept.resources
+    assert any(r.reason == "AwsNodeRestartNeeded" for r in kept.results)
+    # Restarted before the association was Ready: kept.
+    assert "iam-attach-node-cni" in restarted("2026-12-07T09:59:00Z").resources
+    # Restarted after, still rolling: kept.
+    assert "iam-attach-node-cni" in restarted("2026-12-07T10:05:00Z", updated=1).resources
+    # Restarted after, rolled out: the node role loses the CNI policy.
+    done = restarted("2026-12-07T10:05:00Z")
+    assert "iam-attach-node-cni" not in done.resources
+    assert not any(r.reason == "AwsNodeRestartNeeded" for r in done.results)
+
+
+def test_the_aws_node_observer_waits_for_the_add_on_to_report_and_keeps_its_mark():
+    xr, classes, observed = live_cluster()
+    observed.resources["addon-vpc-cni"].body["status"] = {}
+    out = compose_cluster(xr, all_classes(classes), observed)
+    assert "aws-node-daemonset" not in out.resources
+    assert "iam-attach-node-cni" in out.resources
+    # Made once the add-on reports; its mark is kept whatever the add-on says after.
+    _, seen = step(xr, classes, live_cluster()[2])
+    mark = seen.resources["aws-node-daemonset"].body["metadata"]["annotations"]
+    assert mark == {"modelplane.ai/network-policy-before": "false"}
+    seen.resources["addon-vpc-cni"].body["status"]["atProvider"]["configurationValues"] = (
+        '{"enableNetworkPolicy": "true"}'
+    )
+    again = compose_cluster(xr, all_classes(classes), seen)
+    assert again.resources["aws-node-daemonset"].body["metadata"]["annotations"] == mark
