@@ -64,9 +64,11 @@ def load(name: str) -> tuple[dict, list[dict]]:
 
 
 def node_role_usages(group: str) -> set[str]:
-    """The Usages by which the EKS node role and its attachments outlive a node group, and the
-    node group the cluster's kubeconfig writer (and so the stack)."""
-    of = ["iam-role-node", *(f"iam-attach-node-{p}" for p in ("worker", "cni", "ecr"))]
+    """The Usages by which the EKS node role, the vpc-cni role (aws-node runs on the nodes) and
+    their attachments outlive a node group, and the node group the cluster's kubeconfig writer
+    (and so the stack)."""
+    of = ["iam-role-node", *(f"iam-attach-node-{p}" for p in ("worker", "ecr-pull"))]
+    of += ["iam-role-vpc-cni", "iam-attach-vpc-cni-cni"]
     return {f"usage-{o}-by-{group}" for o in of} | {f"usage-{group}-by-cluster-auth"}
 
 

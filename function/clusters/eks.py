@@ -9,6 +9,8 @@ read from observed status and gated, so nothing names what does not exist yet.
 import json
 from datetime import timedelta
 
+import yaml
+
 from function import clock, kube, names, shapes
 from function.clusters import aws_network, eks_upgrade
 from function.clusters.base import (
@@ -22,8 +24,10 @@ from function.clusters.base import (
     Pool,
     minor,
     pool_labels,
+    release,
 )
 from function.clusters.facts import ClusterFacts
+from function.inputs import ObservedResource
 from function.models import EKS
 from function.output import Result
 from function.versions import (
@@ -128,8 +132,16 @@ def autoscaler_policy(cluster_name: str) -> str:
 
 
 _PODS = trusted_by("pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession")
+CNI_POLICY = AWS_POLICY + "AmazonEKS_CNI_Policy"
 # The cluster's IAM roles: who assumes each, and its AWS-managed policies (attachment key suffix
 # -> policy ARN). The cluster-autoscaler's role has a policy of its own (autoscaler_policy).
+# Least privilege (EKS User Guide, "Amazon EKS node IAM role"): the nodes describe EC2 and pull
+# from ECR (AmazonEC2ContainerRegistryPullOnly: pulls only, where ReadOnly also lists and
+# describes every repository); the VPC CNI's rights over the VPC's network interfaces go to its
+# own role, assumed by the `aws-node` service account through Pod Identity ("Configure Amazon VPC
+# CNI plugin to use IRSA": "We recommend that you assign it to a separate role"; VPC CNI
+# v1.15.5+ takes Pod Identity), so a pod that reaches the instance's credentials cannot rewrite
+# them.
 ROLES: dict[str, tuple[str, dict[str, str]]] = {
     "cluster": (
         trusted_by("eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"),
@@ -139,13 +151,40 @@ ROLES: dict[str, tuple[str, dict[str, str]]] = {
         trusted_by("ec2.amazonaws.com"),
         {
             "worker": AWS_POLICY + "AmazonEKSWorkerNodePolicy",
-            "cni": AWS_POLICY + "AmazonEKS_CNI_Policy",
-            "ecr": AWS_POLICY + "AmazonEC2ContainerRegistryReadOnly",
+            "ecr-pull": AWS_POLICY + "AmazonEC2ContainerRegistryPullOnly",
         },
     ),
+    "vpc-cni": (_PODS, {"cni": CNI_POLICY}),
     "efs-csi": (_PODS, {"efs": AWS_POLICY + "service-role/AmazonEFSCSIDriverPolicy"}),
     "cluster-autoscaler": (_PODS, {}),
 }
+# What an earlier release attached to the node role (suffix -> policy ARN), kept on a live
+# cluster only until what replaces it is in place and used (EKSCluster.node_handover).
+NODE_HANDED_OVER = {
+    "cni": CNI_POLICY,
+    "ecr": AWS_POLICY + "AmazonEC2ContainerRegistryReadOnly",
+}
+# Pods that act in AWS through Pod Identity: (key, namespace, service account).
+POD_IDENTITIES = (
+    ("vpc-cni", "kube-system", "aws-node"),
+    ("efs-csi", "kube-system", "efs-csi-controller-sa"),
+    ("cluster-autoscaler", "kube-system", "cluster-autoscaler"),
+)
+# The VPC CNI's network policy agent (EKS User Guide, "Restrict Pod network traffic with
+# Kubernetes network policies": add-on configuration `enableNetworkPolicy`, VPC CNI v1.14+,
+# kernel 5.10+, which AL2023 has). It flips `--enable-network-policy` in the aws-node
+# DaemonSet's node agent container (aws/amazon-vpc-cni-k8s charts/aws-vpc-cni), so every
+# aws-node pod is created again: on a live cluster that roll is what moves aws-node onto its
+# Pod Identity (node_handover).
+VPC_CNI_VALUES = json.dumps({"enableNetworkPolicy": "true"}, sort_keys=True)
+NETWORK_POLICY_FLAG = "--enable-network-policy=true"
+# The aws-node DaemonSet, observed (never changed) while the node role keeps the CNI policy.
+AWS_NODE = "aws-node-daemonset"
+# On that Object: the VPC CNI add-on already ran its network policy agent (set outside the
+# function) when the Object was made, so switching it on rolls nothing (node_handover).
+POLICY_BEFORE = "modelplane.ai/network-policy-before"
+# What `kubectl rollout restart` writes into a pod template.
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 
 
 def _iam(part: Part, cluster_name: str, tags: dict) -> None:
@@ -286,8 +325,8 @@ def _efa_security_group(part: Part, region: str, tags: dict) -> None:
 
 
 def _access(part: Part, region: str, cluster_name: str, tags: dict) -> None:
-    """The cluster's kubeconfig (ClusterAuth), and the Pod Identity associations of the EFS CSI
-    controller and the cluster-autoscaler with their roles."""
+    """The cluster's kubeconfig (ClusterAuth), and the Pod Identity associations of the VPC CNI
+    (aws-node), the EFS CSI controller and the cluster-autoscaler with their roles."""
     cluster_ref = {"clusterNameRef": {"name": cluster_name}}
     part.managed(
         "cluster-auth",
@@ -297,10 +336,7 @@ def _access(part: Part, region: str, cluster_name: str, tags: dict) -> None:
         {"region": region, **cluster_ref},
         connection_secret=names.kubeconfig_secret(part.xr),
     )
-    for key, namespace, account in (
-        ("efs-csi", "kube-system", "efs-csi-controller-sa"),
-        ("cluster-autoscaler", "kube-system", "cluster-autoscaler"),
-    ):
+    for key, namespace, account in POD_IDENTITIES:
         part.managed(
             f"pod-identity-{key}",
             EKS_API,
@@ -349,6 +385,7 @@ class EKSCluster:
             self.node_pool(pool)
         self.storage()
         provider_config = c.provider_configs(self.kubeconfig_ready())
+        self.node_handover(provider_config)
         self.autoscaler(provider_config)
         if efa:
             self.efa_dra_driver(provider_config)
@@ -384,6 +421,107 @@ class EKSCluster:
             "iam-policy-cluster-autoscaler",
             "iam-attach-cluster-autoscaler-policy",
         ]
+        # Kept on a live cluster for a while (node_handover); a Usage names only what is composed.
+        self.identity["node"] += [f"iam-attach-node-{s}" for s in NODE_HANDED_OVER]
+
+    def node_handover(self, provider_config: str | None) -> None:
+        """The node role's policies of an earlier release, each kept until what replaces it is in
+        place, decided from what is observed alone: never added to a cluster that does not have
+        them, and never dropped while an observation is missing.
+
+        ReadOnly goes once the PullOnly attachment is Ready (both are RolePolicyAttachments of
+        their own, so the role is never without an ECR policy). AmazonEKS_CNI_Policy goes once
+        aws-node runs on its Pod Identity (aws_node_on_pod_identity): Pod Identity credentials
+        are injected by a webhook when a pod is created, so running aws-node pods keep using the
+        node role until they are created again."""
+        c = self.cloud
+        kept = {}
+        if c.observed("iam-attach-node-ecr") is not None and not c.is_ready(
+            "iam-attach-node-ecr-pull"
+        ):
+            kept["ecr"] = NODE_HANDED_OVER["ecr"]
+        if c.observed("iam-attach-node-cni") is not None and not self.aws_node_on_pod_identity():
+            kept["cni"] = NODE_HANDED_OVER["cni"]
+            self.observe_aws_node(provider_config)
+        for suffix, arn in kept.items():
+            c.managed(
+                f"iam-attach-node-{suffix}",
+                IAM,
+                "RolePolicyAttachment",
+                c.name("attach", "node", suffix),
+                {"policyArn": arn, "roleRef": {"name": c.name("role", "node")}},
+            )
+
+    def observe_aws_node(self, provider_config: str | None) -> None:
+        """The aws-node DaemonSet as it runs (an Observe-only Object: read, never changed nor
+        deleted, and not waited for). Made once the VPC CNI add-on reports (Ready), and marked
+        (POLICY_BEFORE) when its network policy agent was on already: the function switches it
+        on only after this Object is made, so then it was set outside the function."""
+        c = self.cloud
+        seen = c.observed(AWS_NODE)
+        before = seen.get("metadata", "annotations", POLICY_BEFORE) if seen else None
+        if seen is None and c.is_ready("addon-vpc-cni"):
+            before = "true" if network_policy_on(c.observed("addon-vpc-cni")) else "false"
+
+        def build(provider_config: str, before: str) -> None:
+            manifest = {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "aws-node", "namespace": "kube-system"},
+            }
+            c.put(AWS_NODE, provider_config, manifest, policies=OBSERVE_ONLY)
+            c.resources[AWS_NODE].body["metadata"]["annotations"] = {POLICY_BEFORE: before}
+
+        needs = {"provider_config": provider_config, "before": before}
+        c.keep_or_build(AWS_NODE, needs, build, "kubeconfig and the vpc-cni add-on")
+        c.pending.pop(AWS_NODE, None)
+        if AWS_NODE in c.resources:
+            c.add(AWS_NODE, c.resources[AWS_NODE].body, ready=True)
+
+    def aws_node_on_pod_identity(self) -> bool:
+        """Whether every aws-node pod was created after its Pod Identity association existed:
+        the association is Ready, the VPC CNI add-on runs a version that takes Pod Identity
+        (v1.15.5+), and the aws-node DaemonSet has rolled out a template every pod of which was
+        created after that: the one that switched the network policy agent on, which the add-on
+        is given only once the association is Ready (vpc_cni_values); or, where the agent was on
+        before (POLICY_BEFORE), one restarted (`kubectl rollout restart`) after the association
+        became Ready, which the function asks for."""
+        c = self.cloud
+        if not c.is_ready("pod-identity-vpc-cni") or not c.is_ready("addon-vpc-cni"):
+            return False
+        version = c.observed("addon-vpc-cni").at_provider("addonVersion")
+        if not isinstance(version, str) or release(version)[:3] < (1, 15, 5):
+            return False
+        seen = c.observed(AWS_NODE)
+        daemonset = seen.at_provider("manifest") if seen else None
+        if not isinstance(daemonset, dict):
+            return False
+        before = seen.get("metadata", "annotations", POLICY_BEFORE)
+        if before == "false":
+            return rolled_with(daemonset, NETWORK_POLICY_FLAG)
+        return before == "true" and self.restarted_after_association(daemonset)
+
+    def restarted_after_association(self, daemonset: dict) -> bool:
+        """Whether aws-node was restarted (`kubectl rollout restart`) after its association
+        became Ready, and has rolled out; if not, a Warning asks for it. Two times the
+        providers report, compared with each other (the association's Ready transition, the
+        template's restartedAt), never with the clock."""
+        c = self.cloud
+        ready = c.observed("pod-identity-vpc-cni").condition("Ready") or {}
+        associated = clock.parse(ready.get("lastTransitionTime"))
+        template = (daemonset.get("spec") or {}).get("template") or {}
+        annotations = (template.get("metadata") or {}).get("annotations") or {}
+        restarted = clock.parse(annotations.get(RESTARTED_AT))
+        if associated and restarted and restarted > associated and rolled_with(daemonset, ""):
+            return True
+        c.warn(
+            "the VPC CNI add-on's network policy agent was on before this release, so no roll "
+            "moves aws-node onto its Pod Identity: now that the vpc-cni association is Ready, "
+            "run `kubectl rollout restart daemonset/aws-node -n kube-system`; the node role "
+            "keeps AmazonEKS_CNI_Policy until every aws-node pod is restarted after that",
+            reason="AwsNodeRestartNeeded",
+        )
+        return False
 
     def identities_outlive_their_users(self, node_groups: set[str]) -> None:
         """Every IAM role, policy and attachment outlives what acts with it, so a deletion never
@@ -392,10 +530,12 @@ class EKSCluster:
         cluster-iam-role; cloud-provider-aws), and without it the Service keeps its finalizer, the
         load balancer watch waits for ever and the NAT gateways, EIPs, EFS and control plane keep
         billing. The node role outlives the node groups; each Pod Identity role outlives its
-        association and what runs with it (the EFS CSI add-on, the cluster-autoscaler release)."""
+        association and what runs with it (the nodes aws-node runs on, the EFS CSI add-on, the
+        cluster-autoscaler release)."""
         users = {
             "cluster": ["cluster", GATEWAY_LOAD_BALANCER],
             "node": sorted(node_groups),
+            "vpc-cni": ["pod-identity-vpc-cni", *sorted(node_groups)],
             "efs-csi": ["pod-identity-efs-csi", "addon-aws-efs-csi-driver"],
             "cluster-autoscaler": [
                 "pod-identity-cluster-autoscaler",
@@ -527,7 +667,41 @@ class EKSCluster:
                 return
         if addon == "eks-node-monitoring-agent":
             spec["configurationValues"] = NODE_MONITORING_VALUES
+        if addon == "vpc-cni":
+            values = self.vpc_cni_values(key)
+            if values is not None:
+                spec["configurationValues"] = values
         self.mr(key, EKS_API, "Addon", c.name("addon", addon), spec)
+
+    def vpc_cni_values(self, key: str) -> str | None:
+        """The VPC CNI add-on's configuration with the network policy agent on (VPC_CNI_VALUES),
+        merged over what its spec carries (set outside the function and late-initialised: JSON
+        or YAML, as EKS takes it), or None to leave it as it is.
+
+        A new add-on has it from the start. A live one gets it once the aws-node Pod Identity
+        association is Ready, so the roll it causes creates every aws-node pod with its Pod
+        Identity (node_handover); once set, it stays."""
+        c = self.cloud
+        seen = c.observed(key)
+        live = seen.get("spec", "forProvider", "configurationValues") if seen else None
+        live = live if isinstance(live, str) and live.strip() else None
+        try:
+            values = yaml.safe_load(live) if live else {}
+        except yaml.YAMLError:
+            values = None
+        if not isinstance(values, dict):
+            c.warn(
+                "add-on vpc-cni: its configurationValues are not a JSON or YAML object, so the "
+                "function leaves them, and the network policy agent, as they are (add "
+                'enableNetworkPolicy: "true" there)',
+                reason="NetworkPolicyNotEnforced",
+            )
+            return live
+        wanted = json.loads(VPC_CNI_VALUES)
+        on = all(values.get(k) == v for k, v in wanted.items())
+        if seen is not None and not on and not c.is_ready("pod-identity-vpc-cni"):
+            return live
+        return json.dumps({**values, **wanted}, sort_keys=True)
 
     def kubeconfig_ready(self) -> bool:
         auth = self.cloud.observed("cluster-auth")
@@ -662,6 +836,15 @@ class EKSCluster:
             return size, desired, version, None
         return size, back, version, {RESTORE_SIZE: str(restore)}
 
+    def nodes_may_join(self, key: str) -> bool:
+        """A new node group is created once aws-node's Pod Identity association is Ready, so the
+        aws-node pod of each node is created with it (the webhook injects Pod Identity when a
+        pod is created): the node role has no CNI policy to fall back on. On a cluster whose node
+        role still carries it (an earlier release's), nothing waits."""
+        c = self.cloud
+        ready = c.is_ready("pod-identity-vpc-cni") or c.observed("iam-attach-node-cni") is not None
+        return c.when(key, ready, "vpc-cni Pod Identity")
+
     def system_node_group(self) -> None:
         c = self.cloud
         key, name = "launch-template-system", c.name("lt", "system")
@@ -680,6 +863,8 @@ class EKSCluster:
                 "system-nodegroup", c.name("system"), for_provider | launch, SYSTEM_NODES
             )
 
+        if not self.nodes_may_join("system-nodegroup"):
+            return
         lt = c.observed(key)
         c.keep_or_build(
             "system-nodegroup",
@@ -761,6 +946,8 @@ class EKSCluster:
                 block=block,
             )
 
+        if not self.nodes_may_join(key):
+            return
         lt = c.observed(f"launch-template-{pool.name}")
         # A Capacity Block pool's node group is created once the block has been observed (or
         # found missing), so one whose block starts later is created asking for no nodes.
@@ -1041,3 +1228,37 @@ def gpu_devices(pool: Pool) -> int | None:
     """GPUs the class declares (devices published by gpu.nvidia.com), if it declares any."""
     counts = [d.count for d in pool.cls.spec.devices if d.driver == "gpu.nvidia.com"]
     return sum(counts) if counts else None
+
+
+def rolled_with(daemonset: dict, arg: str) -> bool:
+    """Whether a DaemonSet (as observed) has every pod at its current template, and that
+    template gives arg (if any) to one of its containers. Fields a DaemonSet's status leaves
+    out at zero (updatedNumberScheduled, numberAvailable, numberUnavailable) count as zero."""
+    meta = daemonset.get("metadata") or {}
+    status = daemonset.get("status") or {}
+    generation = meta.get("generation")
+    desired = status.get("desiredNumberScheduled")
+    if not isinstance(generation, int | float) or status.get("observedGeneration") != generation:
+        return False
+    if not isinstance(desired, int | float):
+        return False
+    if status.get("updatedNumberScheduled", 0) != desired:
+        return False
+    if status.get("numberAvailable", 0) != desired or status.get("numberUnavailable", 0):
+        return False
+    if not arg:
+        return True
+    template = (daemonset.get("spec") or {}).get("template") or {}
+    containers = (template.get("spec") or {}).get("containers") or []
+    return any(isinstance(c, dict) and arg in (c.get("args") or []) for c in containers)
+
+
+def network_policy_on(addon: ObservedResource | None) -> bool:
+    """Whether an observed VPC CNI add-on reports its network policy agent on."""
+    live = addon.at_provider("configurationValues") if addon else None
+    try:
+        values = yaml.safe_load(live) if isinstance(live, str) else None
+    except yaml.YAMLError:
+        return False
+    wanted = json.loads(VPC_CNI_VALUES)
+    return isinstance(values, dict) and all(values.get(k) == v for k, v in wanted.items())

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from function import names
+from function.clusters.eks import NETWORK_POLICY_FLAG, rolled_with
 from function.serving import gateway_api
 from function.serving.components import (
     ENVOY_GATEWAY_EXISTING_VALUES,
@@ -352,3 +354,77 @@ def test_envoy_gateway_installs_over_another_owner_s_gateway_api_crds_only_at_it
     assert kube.get_or_none(*policy, "safe-upgrades.gateway.networking.k8s.io") is None
     assert kube.get_or_none("apps/v1", "Deployment", "envoy-gateway", namespace) is not None
     assert helm4(kubeconfig, "uninstall", release, "-n", namespace).returncode == 0
+
+
+def aws_node_daemonset(network_policy: str) -> dict:
+    """The VPC CNI's aws-node DaemonSet as its chart lays it out (aws/amazon-vpc-cni-k8s
+    charts/aws-vpc-cni: host network, RollingUpdate maxUnavailable 10%, the node agent container
+    with --enable-network-policy), on every node."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "aws-node", "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"app": "aws-node"}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+            "template": {
+                "metadata": {"labels": {"app": "aws-node"}},
+                "spec": {
+                    "hostNetwork": True,
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [
+                        {"name": "aws-node", "image": "example.invalid/cni"},
+                        {
+                            "name": "aws-eks-nodeagent",
+                            "image": "example.invalid/agent",
+                            "args": [f"--enable-network-policy={network_policy}"],
+                        },
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_the_cni_policy_handover_reads_a_real_daemonset_rollout(workload: WorkloadCluster):
+    """What the EKS renderer reads before it detaches the node role's CNI policy
+    (eks.rolled_with): whenever it says the network-policy template has rolled out, every
+    aws-node pod the real DaemonSet controller runs was created from that template, so none
+    still holds credentials from before."""
+    kube: Kube = workload.kube
+
+    def pods() -> list[dict]:
+        return kube.list("v1", "Pod", NAMESPACE, label_selector="app=aws-node")
+
+    def agent_args(pod: dict) -> list[str]:
+        [agent] = [c for c in pod["spec"]["containers"] if c["name"] == "aws-eks-nodeagent"]
+        return agent.get("args") or []
+
+    kube.apply(aws_node_daemonset("false"))
+    ds = wait_for(
+        lambda: (d := kube.get("apps/v1", "DaemonSet", "aws-node", NAMESPACE))
+        and rolled_with(d, "--enable-network-policy=false")
+        and d,
+        timeout=60,
+        what="aws-node on both nodes",
+    )
+    assert ds["status"]["desiredNumberScheduled"] == 2
+    assert not rolled_with(ds, NETWORK_POLICY_FLAG)
+
+    kube.apply(aws_node_daemonset("true"))
+    seen_rolled = 0
+    last_rolled: dict = {}
+    for _ in range(240):
+        ds = kube.get("apps/v1", "DaemonSet", "aws-node", NAMESPACE)
+        if rolled_with(ds, NETWORK_POLICY_FLAG):
+            running = [p for p in pods() if not p["metadata"].get("deletionTimestamp")]
+            assert len(running) == 2, running
+            assert all(NETWORK_POLICY_FLAG in agent_args(p) for p in running), running
+            seen_rolled += 1
+            last_rolled = ds
+            if seen_rolled >= 3:
+                break
+        time.sleep(0.25)
+    assert seen_rolled >= 3, f"the new template never rolled out: {ds.get('status')}"
+    assert last_rolled["status"]["observedGeneration"] == last_rolled["metadata"]["generation"]
+    kube.delete("apps/v1", "DaemonSet", "aws-node", NAMESPACE)

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from function import clock, shapes
+from function import clock, names, shapes
 from function.clusters import aws_network
-from function.clusters.eks import efa_interfaces
+from function.clusters.eks import efa_interfaces, rolled_with
 from function.compose import compose_cluster
-from function.inputs import Observed
+from function.inputs import Observed, ObservedResource
 from tests.builders import all_classes, example
 from tests.sim.providers import World
 from tests.unit import sim
@@ -31,9 +31,12 @@ def converge(xr: dict, classes: list[dict], world: World | None = None):
 
 
 def composed(xr: dict, classes: list[dict]):
-    """The second pass: node groups wait for their launch template's version."""
-    first = compose_cluster(xr, all_classes(classes), Observed())
-    return compose_cluster(xr, all_classes(classes), reported(first))
+    """The third pass: node groups wait for their launch template's version and for aws-node's
+    Pod Identity association, which waits for the cluster (itself after its log group)."""
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    for _ in range(2):
+        out = compose_cluster(xr, all_classes(classes), reported(out))
+    return out
 
 
 def test_zone_cidrs_come_from_the_zone_letter_and_never_overlap():
@@ -849,3 +852,326 @@ def test_a_live_one_node_system_group_is_raised_to_two_in_one_update():
     again = compose_cluster(xr, all_classes(classes), seen)
     sent = again.resources["system-nodegroup"].body["spec"]["forProvider"]["scalingConfig"]
     assert sent == {"minSize": 2, "maxSize": 3, "desiredSize": 2}
+
+
+# --- least privilege: aws-node on Pod Identity, nodes that only pull ----------------------------
+
+POLICY = "arn:aws:iam::aws:policy/"
+CNI_VERSION = "v1.20.4-eksbuild.1"
+
+
+def attachments(out) -> dict[str, str]:
+    """Attachment key -> policy ARN, of every RolePolicyAttachment composed."""
+    return {
+        key: d.body["spec"]["forProvider"].get("policyArn")
+        for key, d in out.resources.items()
+        if d.body.get("kind") == "RolePolicyAttachment"
+    }
+
+
+def aws_node(network_policy: bool, updated: int = 3, desired: int = 3) -> dict:
+    """The aws-node DaemonSet as provider-kubernetes reports it (status.atProvider.manifest)."""
+    flag = f"--enable-network-policy={'true' if network_policy else 'false'}"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "aws-node", "namespace": "kube-system", "generation": 4},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "aws-node"},
+                        {"name": "aws-eks-nodeagent", "args": ["--enable-ipv6=false", flag]},
+                    ]
+                }
+            }
+        },
+        "status": {
+            "observedGeneration": 4,
+            "desiredNumberScheduled": desired,
+            "updatedNumberScheduled": updated,
+            "numberAvailable": desired,
+        },
+    }
+
+
+def live_cluster():
+    """A cluster the previous release composed and runs: the node role with AmazonEKS_CNI_Policy
+    and ECR ReadOnly, no vpc-cni role nor association, the VPC CNI add-on as EKS installed it."""
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes)
+    seen = reported(out)
+    resources = {
+        k: r
+        for k, r in seen.resources.items()
+        if not k.startswith(("iam-role-vpc-cni", "iam-attach-vpc-cni", "pod-identity-vpc-cni"))
+        and k not in ("iam-attach-node-ecr-pull",)
+    }
+    role = out.resources["iam-role-node"].body["metadata"]["name"]
+    template = out.resources["iam-attach-node-worker"].body
+    for suffix, arn in (
+        ("cni", "AmazonEKS_CNI_Policy"),
+        ("ecr", "AmazonEC2ContainerRegistryReadOnly"),
+    ):
+        body = copy.deepcopy(template)
+        body["metadata"]["name"] = names.cloud_name(
+            xr["metadata"]["name"], "attach", "node", suffix
+        )
+        body["spec"]["forProvider"] = {"policyArn": POLICY + arn, "roleRef": {"name": role}}
+        resources[f"iam-attach-node-{suffix}"] = ObservedResource(body)
+    addon = copy.deepcopy(seen.resources["addon-vpc-cni"].body)
+    addon["spec"]["forProvider"].pop("configurationValues", None)
+    addon["status"]["atProvider"]["addonVersion"] = CNI_VERSION
+    resources["addon-vpc-cni"] = ObservedResource(addon)
+    return xr, classes, Observed(resources=resources, status=seen.status)
+
+
+def step(xr, classes, observed: Observed, edit=None) -> tuple:
+    """One reconcile over observed; then what the providers report for it, edited: the
+    association, the attachments and the add-on as they would be, the DaemonSet as edit says."""
+    out = compose_cluster(xr, all_classes(classes), observed)
+    seen = reported(out)
+    addon = seen.resources["addon-vpc-cni"].body
+    addon["status"]["atProvider"]["addonVersion"] = CNI_VERSION
+    if edit is not None:
+        edit(seen.resources)
+    return out, seen
+
+
+def with_aws_node(daemonset: dict):
+    def edit(resources):
+        if "aws-node-daemonset" in resources:
+            resources["aws-node-daemonset"].body["status"]["atProvider"] = {"manifest": daemonset}
+
+    return edit
+
+
+def test_a_new_cluster_gives_the_cni_policy_to_aws_node_and_nodes_only_pull():
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes)
+    attached = attachments(out)
+    assert POLICY + "AmazonEKS_CNI_Policy" not in {
+        arn for key, arn in attached.items() if key.startswith("iam-attach-node-")
+    }
+    assert attached["iam-attach-node-ecr-pull"] == POLICY + "AmazonEC2ContainerRegistryPullOnly"
+    assert attached["iam-attach-vpc-cni-cni"] == POLICY + "AmazonEKS_CNI_Policy"
+    assert "iam-attach-node-ecr" not in attached and "iam-attach-node-cni" not in attached
+    trust = json.loads(
+        out.resources["iam-role-vpc-cni"].body["spec"]["forProvider"]["assumeRolePolicy"]
+    )
+    assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    association = out.resources["pod-identity-vpc-cni"].body["spec"]["forProvider"]
+    assert (association["namespace"], association["serviceAccount"]) == ("kube-system", "aws-node")
+    assert association["roleArnRef"] == {
+        "name": out.resources["iam-role-vpc-cni"].body["metadata"]["name"]
+    }
+    assert "addon-eks-pod-identity-agent" in out.resources
+    assert "aws-node-daemonset" not in out.resources
+    # The role outlives the association and the nodes aws-node runs on.
+    assert "usage-iam-role-vpc-cni-by-pod-identity-vpc-cni" in out.resources
+    assert "usage-iam-attach-vpc-cni-cni-by-system-nodegroup" in out.resources
+
+
+def test_a_new_cluster_enforces_network_policy_from_its_first_add_on():
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes)
+    values = out.resources["addon-vpc-cni"].body["spec"]["forProvider"]["configurationValues"]
+    assert json.loads(values) == {"enableNetworkPolicy": "true"}
+
+
+def test_node_groups_of_a_new_cluster_wait_for_the_aws_node_association():
+    xr, classes = example("eks-on-demand")
+    out = compose_cluster(xr, all_classes(classes), Observed())
+    for _ in range(3):
+        seen = reported(out, drop_status=("pod-identity-vpc-cni",))
+        out = compose_cluster(xr, all_classes(classes), seen)
+    assert "pod-identity-vpc-cni" in out.resources
+    assert not any(k.startswith("nodegroup-") or k == "system-nodegroup" for k in out.resources)
+    assert "system-nodegroup (vpc-cni Pod Identity)" in out.conditions[0].message
+    out = compose_cluster(xr, all_classes(classes), reported(out))
+    assert "system-nodegroup" in out.resources
+
+
+def test_a_live_cluster_hands_the_cni_policy_over_only_once_aws_node_uses_its_pod_identity():
+    xr, classes, observed = live_cluster()
+    node_cni = observed.resources["iam-attach-node-cni"].body
+    node_ecr = observed.resources["iam-attach-node-ecr"].body
+
+    # 1. Nothing of the new identity is Ready yet: both old policies stay as they were, the
+    #    association and PullOnly are composed, aws-node is observed, network policy waits.
+    out, seen = step(xr, classes, observed, with_aws_node(aws_node(False)))
+    assert out.resources["iam-attach-node-cni"].body["spec"] == node_cni["spec"]
+    assert out.resources["iam-attach-node-ecr"].body["spec"] == node_ecr["spec"]
+    assert (
+        out.resources["iam-attach-node-cni"].body["metadata"]["name"]
+        == node_cni["metadata"]["name"]
+    )
+    assert {"pod-identity-vpc-cni", "iam-attach-node-ecr-pull"} <= set(out.resources)
+    assert "configurationValues" not in out.resources["addon-vpc-cni"].body["spec"]["forProvider"]
+    daemonset = out.resources["aws-node-daemonset"].body
+    assert daemonset["spec"]["managementPolicies"] == ["Observe"]
+    assert daemonset["spec"]["forProvider"]["manifest"]["metadata"] == {
+        "name": "aws-node",
+        "namespace": "kube-system",
+    }
+    # Live node groups never wait for the association.
+    assert "system-nodegroup" in out.resources
+
+    # 2. The association and PullOnly are Ready: ReadOnly goes, the add-on gets the network
+    #    policy agent; aws-node has not rolled yet, so the CNI policy stays.
+    out, seen = step(xr, classes, seen, with_aws_node(aws_node(False)))
+    assert "iam-attach-node-ecr" not in out.resources
+    assert "iam-attach-node-cni" in out.resources
+    values = out.resources["addon-vpc-cni"].body["spec"]["forProvider"]["configurationValues"]
+    assert json.loads(values) == {"enableNetworkPolicy": "true"}
+
+    # 3. The new template is rolling out (2 of 3 pods updated): the CNI policy stays.
+    out, seen = step(xr, classes, seen, with_aws_node(aws_node(True, updated=2)))
+    assert "iam-attach-node-cni" in out.resources
+
+    # 4. Its status lost for a moment: the CNI policy stays.
+    lost, _ = step(xr, classes, seen)
+    rolled = aws_node(True)
+    seen.resources["aws-node-daemonset"].body["status"] = {}
+    assert "iam-attach-node-cni" in compose_cluster(xr, all_classes(classes), seen).resources
+    assert "iam-attach-node-cni" in lost.resources
+
+    # 5. Every aws-node pod runs the template given after the association was Ready: the node
+    #    role loses the CNI policy, and aws-node is no longer observed.
+    seen.resources["aws-node-daemonset"].body["status"] = {"atProvider": {"manifest": rolled}}
+    for key in ("pod-identity-vpc-cni", "addon-vpc-cni"):
+        seen.resources[key].body["status"] = reported(out).resources[key].body["status"]
+    seen.resources["addon-vpc-cni"].body["status"]["atProvider"]["addonVersion"] = CNI_VERSION
+    done = compose_cluster(xr, all_classes(classes), seen)
+    assert "iam-attach-node-cni" not in done.resources
+    assert "aws-node-daemonset" not in done.resources
+    assert not any(k.startswith("usage-iam-attach-node-cni") for k in done.resources)
+    # And never back.
+    after, _ = step(xr, classes, reported(done))
+    assert "iam-attach-node-cni" not in after.resources
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["association not Ready", "add-on too old", "add-on version unknown", "old template"],
+)
+def test_the_cni_policy_stays_while_anything_says_aws_node_may_use_the_node_role(why):
+    xr, classes, observed = live_cluster()
+    _, seen = step(xr, classes, observed, with_aws_node(aws_node(False)))
+    _, seen = step(xr, classes, seen, with_aws_node(aws_node(True)))
+    addon = seen.resources["addon-vpc-cni"].body["status"]["atProvider"]
+    if why == "association not Ready":
+        seen.resources["pod-identity-vpc-cni"].body["status"]["conditions"] = []
+    elif why == "add-on too old":
+        addon["addonVersion"] = "v1.15.4-eksbuild.1"
+    elif why == "add-on version unknown":
+        del addon["addonVersion"]
+    else:
+        with_aws_node(aws_node(False))(seen.resources)
+    assert "iam-attach-node-cni" in compose_cluster(xr, all_classes(classes), seen).resources
+
+
+def test_network_policy_keeps_what_else_the_vpc_cni_add_on_was_configured_with():
+    xr, classes, observed = live_cluster()
+    _, seen = step(xr, classes, observed)
+    spec = seen.resources["addon-vpc-cni"].body["spec"]["forProvider"]
+    spec["configurationValues"] = json.dumps({"env": {"WARM_IP_TARGET": "5"}})
+    out = compose_cluster(xr, all_classes(classes), seen)
+    values = json.loads(
+        out.resources["addon-vpc-cni"].body["spec"]["forProvider"]["configurationValues"]
+    )
+    assert values == {"env": {"WARM_IP_TARGET": "5"}, "enableNetworkPolicy": "true"}
+    # Once on, on for good: the association's status lost changes nothing.
+    seen = reported(out)
+    seen.resources["pod-identity-vpc-cni"].body["status"] = {}
+    again = compose_cluster(xr, all_classes(classes), seen)
+    assert again.resources["addon-vpc-cni"].body == out.resources["addon-vpc-cni"].body
+
+
+def test_rolled_with_reads_a_daemonset_as_its_status_omits_zeros():
+    assert rolled_with(aws_node(True), "--enable-network-policy=true")
+    assert not rolled_with(aws_node(False), "--enable-network-policy=true")
+    assert not rolled_with(aws_node(True, updated=2), "--enable-network-policy=true")
+    empty = aws_node(True)
+    empty["status"] = {"observedGeneration": 4, "desiredNumberScheduled": 0}
+    assert rolled_with(empty, "--enable-network-policy=true")
+    behind = aws_node(True)
+    behind["metadata"]["generation"] = 5
+    assert not rolled_with(behind, "--enable-network-policy=true")
+    unavailable = aws_node(True)
+    unavailable["status"]["numberUnavailable"] = 1
+    assert not rolled_with(unavailable, "--enable-network-policy=true")
+
+
+def test_network_policy_reads_an_add_on_configuration_in_yaml_and_leaves_one_it_cannot_read():
+    xr, classes, observed = live_cluster()
+    _, seen = step(xr, classes, observed)
+    spec = seen.resources["addon-vpc-cni"].body["spec"]["forProvider"]
+    spec["configurationValues"] = "env:\n  WARM_IP_TARGET: '5'\n"
+    out = compose_cluster(xr, all_classes(classes), seen)
+    values = out.resources["addon-vpc-cni"].body["spec"]["forProvider"]["configurationValues"]
+    assert json.loads(values) == {"env": {"WARM_IP_TARGET": "5"}, "enableNetworkPolicy": "true"}
+    spec["configurationValues"] = "[not, an, object]"
+    out = compose_cluster(xr, all_classes(classes), seen)
+    for_provider = out.resources["addon-vpc-cni"].body["spec"]["forProvider"]
+    assert for_provider["configurationValues"] == "[not, an, object]"
+    assert any(r.reason == "NetworkPolicyNotEnforced" for r in out.results)
+
+
+def test_where_the_network_policy_agent_was_on_before_only_a_restart_after_the_association_counts():
+    """An add-on whose agent was switched on outside the function rolls nothing when the
+    function switches it on: the CNI policy stays until aws-node is restarted after the
+    association became Ready (the template's restartedAt against the association's Ready
+    transition), and a Warning asks for that restart."""
+    xr, classes, observed = live_cluster()
+    addon = observed.resources["addon-vpc-cni"].body
+    addon["spec"]["forProvider"]["configurationValues"] = '{"enableNetworkPolicy": "true"}'
+    addon["status"]["atProvider"]["configurationValues"] = '{"enableNetworkPolicy": "true"}'
+    out, seen = step(xr, classes, observed, with_aws_node(aws_node(True)))
+    marked = out.resources["aws-node-daemonset"].body["metadata"]["annotations"]
+    assert marked == {"modelplane.ai/network-policy-before": "true"}
+    ready = next(
+        c
+        for c in seen.resources["pod-identity-vpc-cni"].body["status"]["conditions"]
+        if c["type"] == "Ready"
+    )
+    ready["lastTransitionTime"] = "2026-12-07T10:00:00Z"
+
+    def restarted(at: str | None, updated: int = 3):
+        daemonset = aws_node(True, updated=updated)
+        if at:
+            daemonset["spec"]["template"]["metadata"] = {
+                "annotations": {"kubectl.kubernetes.io/restartedAt": at}
+            }
+        with_aws_node(daemonset)(seen.resources)
+        return compose_cluster(xr, all_classes(classes), seen)
+
+    # Rolled long ago with the agent on, never restarted: kept, and the restart asked for.
+    kept = restarted(None)
+    assert "iam-attach-node-cni" in kept.resources
+    assert any(r.reason == "AwsNodeRestartNeeded" for r in kept.results)
+    # Restarted before the association was Ready: kept.
+    assert "iam-attach-node-cni" in restarted("2026-12-07T09:59:00Z").resources
+    # Restarted after, still rolling: kept.
+    assert "iam-attach-node-cni" in restarted("2026-12-07T10:05:00Z", updated=1).resources
+    # Restarted after, rolled out: the node role loses the CNI policy.
+    done = restarted("2026-12-07T10:05:00Z")
+    assert "iam-attach-node-cni" not in done.resources
+    assert not any(r.reason == "AwsNodeRestartNeeded" for r in done.results)
+
+
+def test_the_aws_node_observer_waits_for_the_add_on_to_report_and_keeps_its_mark():
+    xr, classes, observed = live_cluster()
+    observed.resources["addon-vpc-cni"].body["status"] = {}
+    out = compose_cluster(xr, all_classes(classes), observed)
+    assert "aws-node-daemonset" not in out.resources
+    assert "iam-attach-node-cni" in out.resources
+    # Made once the add-on reports; its mark is kept whatever the add-on says after.
+    _, seen = step(xr, classes, live_cluster()[2])
+    mark = seen.resources["aws-node-daemonset"].body["metadata"]["annotations"]
+    assert mark == {"modelplane.ai/network-policy-before": "false"}
+    seen.resources["addon-vpc-cni"].body["status"]["atProvider"]["configurationValues"] = (
+        '{"enableNetworkPolicy": "true"}'
+    )
+    again = compose_cluster(xr, all_classes(classes), seen)
+    assert again.resources["aws-node-daemonset"].body["metadata"]["annotations"] == mark

@@ -148,7 +148,8 @@ def test_the_cluster_and_its_kubeconfig_outlive_every_stack_component():
 def test_every_eks_identity_outlives_what_acts_with_it():
     """The cluster role deletes the gateway's load balancer (the in-tree cloud provider), so it
     and its policy attachment outlive the cluster and the load balancer watch; the node role the
-    node groups; each Pod Identity role its association and what runs with it."""
+    node groups; each Pod Identity role its association and what runs with it (aws-node's the
+    node groups)."""
     _, out = converged("eks", world=CAPACITY)
     pairs = order(out)
     keys = set(out.resources)
@@ -159,9 +160,9 @@ def test_every_eks_identity_outlives_what_acts_with_it():
         (
             "iam-role-node",
             "iam-attach-node-worker",
-            "iam-attach-node-cni",
-            "iam-attach-node-ecr",
+            "iam-attach-node-ecr-pull",
         ): node_groups,
+        ("iam-role-vpc-cni", "iam-attach-vpc-cni-cni"): {"pod-identity-vpc-cni", *node_groups},
         ("iam-role-efs-csi", "iam-attach-efs-csi-efs"): {
             "pod-identity-efs-csi",
             "addon-aws-efs-csi-driver",
