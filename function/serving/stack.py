@@ -36,6 +36,7 @@ from function.serving import (
     gpu_health,
     gpus,
     looking,
+    modelexpress,
 )
 from function.serving.components import (
     CHART_OF_CRD,
@@ -102,6 +103,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         client_cas=cas,
         load_balancer_annotations=load_balancer_annotations(inputs, cluster),
         source=inputs.xr.spec.cluster.source,
+        moved=modelexpress.moves(observed),
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
     table = components(ctx.stack, inputs.xr.spec.cluster.source)
@@ -140,7 +142,9 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     if not reachable and not facts.resources:
         return facts
     backend = verdict(
-        describe_waiting(waiting, len(table), "components", failing=failing) if waiting else None,
+        describe_waiting(waiting, len(table) - walk.gone, "components", failing=failing)
+        if waiting
+        else None,
         facts.gpus,
         bool(withheld),
         ctx.stack,
@@ -165,10 +169,17 @@ class _Walk:
     pending: dict[str, str | None] = field(default_factory=dict)
     withheld: list[str] = field(default_factory=list)
     adopted: dict[str, adoption.Decision] = field(default_factory=dict)
+    # Components of an earlier layout not composed: not there, or retired.
+    gone: int = 0
 
     def compose(self, component: Component) -> None:
         """Compose component into facts, or say why not."""
         key = component.resource_key
+        if component.retired is not None:
+            observed = self.inputs.observed.resources
+            if key not in observed or component.retired(observed):
+                self.gone += 1
+                return  # never first created; once retired, deleted by Crossplane
         decision = self.decisions.get(component.key)
         if decision is not None and decision.verdict == "adopted":
             self.adopted[key] = decision
