@@ -173,8 +173,10 @@ def _deployment(meta: dict) -> dict:
 
 def alias() -> dict:
     """The old Service in `default`, as a DNS alias of the new one (no selector, no ClusterIP:
-    the API server clears the allocated ClusterIP when the type changes, kube-proxy drops its
-    rules, and cluster DNS answers the old names with a CNAME to the new FQDN)."""
+    on a type change the API server clears the ClusterIP it allocated when the update leaves it
+    as it was, Kubernetes pkg/registry/core/service/strategy.go dropTypeDependentFields;
+    kube-proxy drops its rules, and cluster DNS answers the old names with a CNAME to the new
+    FQDN)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
