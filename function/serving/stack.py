@@ -86,6 +86,8 @@ class StackFacts:
     )
     # (of, by) resource keys: within the stack, of outlives by.
     outlives: list[tuple[str, str]] = field(default_factory=list)
+    # The ModelExpress server's address, once it is observed serving (None: not this time).
+    model_express: str | None = None
 
 
 def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
@@ -127,6 +129,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     )
     facts.results += gpu_health.warnings(health)
 
+    facts.model_express = modelexpress.address(observed)
     facts.address, facts.ca_certificate = observed_gateway(inputs)
     published = (inputs.observed.status.get("gateway") or {}).get("caCertificate")
     facts.results += gateway.ca_changed(published, facts.ca_certificate)
