@@ -4,19 +4,23 @@ process stops by PID. A few seconds on the control plane's etcd."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from function import names
-from function.serving import gateway_api
+from function.serving import gateway_api, modelexpress
 from function.serving.components import (
+    BASELINE,
     ENVOY_GATEWAY_EXISTING_VALUES,
     GROVE_VALUES,
     PRIVILEGED,
+    namespace,
 )
 from function.versions import CHARTS, GATEWAY_API_BUNDLE
 from tests.charts import charts_dir, helm_bin
@@ -352,3 +356,96 @@ def test_envoy_gateway_installs_over_another_owner_s_gateway_api_crds_only_at_it
     assert kube.get_or_none(*policy, "safe-upgrades.gateway.networking.k8s.io") is None
     assert kube.get_or_none("apps/v1", "Deployment", "envoy-gateway", namespace) is not None
     assert helm4(kubeconfig, "uninstall", release, "-n", namespace).returncode == 0
+
+
+def provider_kubernetes_applies(kube: Kube, manifest: dict) -> dict:
+    """What provider-kubernetes v1.3.1 does with an Object's manifest (its default
+    PatchingResourceSyncer: crossplane-runtime's APIPatchingApplicator): create it, or else send
+    it whole as a JSON merge patch, with the last-applied annotation."""
+    meta = manifest["metadata"]
+    annotations = {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(manifest)}
+    desired = {**manifest, "metadata": {**meta, "annotations": annotations}}
+    found = kube.get_or_none(
+        manifest["apiVersion"], manifest["kind"], meta["name"], meta.get("namespace")
+    )
+    if found is None:
+        return kube.create(desired)
+    return kube.patch(
+        manifest["apiVersion"],
+        manifest["kind"],
+        meta["name"],
+        desired,
+        namespace=meta.get("namespace"),
+    )
+
+
+def endpoints(kube: Kube, namespace_: str) -> list:
+    slices = kube.list(
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        namespace_,
+        label_selector=f"kubernetes.io/service-name={modelexpress.NAME}",
+    )
+    return [e for s in slices for e in s.get("endpoints") or []]
+
+
+def test_modelexpress_moves_out_of_default_behind_an_alias_of_its_old_service(
+    workload: WorkloadCluster,
+):
+    """A live cluster's move (function/serving/modelexpress.py) on a real API server: the new
+    server runs under Pod Security baseline, and the old ClusterIP Service, merge-patched into the
+    alias as provider-kubernetes sends it, is accepted with its ClusterIP released; once the old
+    server goes, nothing is left behind the old name but the alias."""
+    kube: Kube = workload.kube
+    old = [modelexpress.server(k, "default") for k in ("ServiceAccount", "Service", "Deployment")]
+    new = [namespace(modelexpress.NAMESPACE, BASELINE)]
+    new += [modelexpress.server(k) for k in ("ServiceAccount", "Role", "RoleBinding", "Service")]
+    new.append(modelexpress.server("Deployment"))
+
+    def available(ns: str) -> bool:
+        deployment = kube.get("apps/v1", "Deployment", modelexpress.NAME, ns)
+        return condition(deployment, "Available").get("status") == "True"
+
+    for manifest in old:
+        provider_kubernetes_applies(kube, manifest)
+    wait_for(lambda: available("default"), timeout=60, what="the old server Available")
+    wait_for(lambda: endpoints(kube, "default"), timeout=60, what="the old Service's endpoints")
+    was = kube.get("v1", "Service", modelexpress.NAME, "default")
+    assert was["spec"]["clusterIP"] not in ("", "None")
+    for manifest in new:
+        provider_kubernetes_applies(kube, manifest)
+    wait_for(lambda: available(modelexpress.NAMESPACE), timeout=60, what="the new server Available")
+    alias = provider_kubernetes_applies(kube, modelexpress.alias())
+    spec = alias["spec"]
+    assert spec["type"] == "ExternalName"
+    assert spec["externalName"] == f"{modelexpress.NAME}.{modelexpress.NAMESPACE}.svc.cluster.local"
+    # The API server released the ClusterIP (pkg/registry/core/service dropTypeDependentFields);
+    # the merge patch leaves the selector and ports, which an ExternalName Service ignores:
+    # kube-proxy programs nothing for it (pkg/proxy/util ShouldSkipService), cluster DNS answers
+    # its names with the CNAME.
+    assert "clusterIP" not in spec and "clusterIPs" not in spec, spec
+    assert spec["selector"] == {"app": modelexpress.NAME}
+    assert kube.delete("apps/v1", "Deployment", modelexpress.NAME, "default")
+    wait_for(
+        lambda: not kube.list("v1", "Pod", "default", label_selector=f"app={modelexpress.NAME}"),
+        timeout=60,
+        what="the old server's pods gone",
+    )
+    # The EndpointSlice controller leaves an ExternalName Service's slices as they were
+    # (pkg/controller/endpointslice syncService returns early): the old pod's address stays
+    # listed, unused, until removed by hand (docs/stack.md); removed, they do not come back.
+    assert endpoints(kube, "default")
+    slices = kube.list(
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        "default",
+        label_selector=f"kubernetes.io/service-name={modelexpress.NAME}",
+    )
+    for found in slices:
+        kube.delete("discovery.k8s.io/v1", "EndpointSlice", found["metadata"]["name"], "default")
+    time.sleep(5)
+    assert not endpoints(kube, "default")
+    assert endpoints(kube, modelexpress.NAMESPACE)
+    # Applying it again changes nothing (the function sends the same manifest every reconcile).
+    again = provider_kubernetes_applies(kube, modelexpress.alias())
+    assert again["spec"] == spec
