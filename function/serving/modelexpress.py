@@ -172,11 +172,12 @@ def _deployment(meta: dict) -> dict:
 
 
 def alias() -> dict:
-    """The old Service in `default`, as a DNS alias of the new one (no selector, no ClusterIP:
-    on a type change the API server clears the ClusterIP it allocated when the update leaves it
-    as it was, Kubernetes pkg/registry/core/service/strategy.go dropTypeDependentFields;
-    kube-proxy drops its rules, and cluster DNS answers the old names with a CNAME to the new
-    FQDN)."""
+    """The old Service in `default`, as a DNS alias of the new one. On the type change the API
+    server releases the ClusterIP it allocated (the update leaves it as it was: Kubernetes
+    pkg/registry/core/service/strategy.go dropTypeDependentFields), kube-proxy drops its rules,
+    and cluster DNS answers the old names with a CNAME to the new FQDN. provider-kubernetes'
+    merge patch leaves the old selector and ports on it, which an ExternalName ignores
+    (tests/e2e/test_workload_cluster.py)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
