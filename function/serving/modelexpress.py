@@ -12,7 +12,8 @@ what is observed, never from something missing):
 2. once the new Deployment is Available (its Service composed before it), the old Service in
    `default` becomes an ExternalName alias of the new one's FQDN: the name engines were given
    (`modelexpress-server`, `.default`, `.default.svc.cluster.local`) answers with a CNAME to it.
-   Established connections to the old pod go on (conntrack keeps their translation) until it goes;
+   Established connections to the old pod go on (kube-proxy's iptables and nftables modes leave
+   them to conntrack) until it goes;
 3. once the API server holds the alias (the Service provider-kubernetes reads back is an
    ExternalName) and the new server is still Available, the old Deployment goes; its connections
    break as at any rollout of the one-replica server, and the clients' reconnect resolves the
@@ -175,9 +176,9 @@ def alias() -> dict:
     """The old Service in `default`, as a DNS alias of the new one. On the type change the API
     server releases the ClusterIP it allocated (the update leaves it as it was: Kubernetes
     pkg/registry/core/service/strategy.go dropTypeDependentFields), kube-proxy drops its rules,
-    and cluster DNS answers the old names with a CNAME to the new FQDN. provider-kubernetes'
-    merge patch leaves the old selector and ports on it, which an ExternalName ignores
-    (tests/e2e/test_workload_cluster.py)."""
+    and cluster DNS answers the old names with a CNAME to the new FQDN; provider-kubernetes'
+    server-side apply takes the old selector and ports away (tests/e2e/test_workload.py, with
+    the real provider)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
