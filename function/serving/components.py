@@ -8,7 +8,7 @@ it is first created once they are Ready and outlives them. Versions live in func
 """
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +16,8 @@ import yaml
 
 from function import names, wire
 from function.models import CLOUD_BLOCKS
-from function.serving import drains, gateway, gpu_health, gpus, modelexpress_crds
-from function.versions import CHART_CRDS, CHARTS, IMAGES
+from function.serving import drains, gateway, gpu_health, gpus, modelexpress, modelexpress_crds
+from function.versions import CHART_CRDS, CHARTS
 from function.workload import GATEWAY_LOAD_BALANCER, GPU_TOLERATION
 
 STANDARD, DYNAMO = "Standard", "Dynamo"
@@ -31,8 +31,6 @@ OBSERVE_DELETE = ("Observe", "Delete")
 # Everything but Delete: the object is the function's to make and keep, not to remove.
 NO_DELETE = ("Observe", "Create", "Update", "LateInitialize")
 CRDS = Path(__file__).parent / "crds"
-MODELEXPRESS = "modelexpress-server"
-MODELEXPRESS_PORT = 8001
 
 
 @dataclass(frozen=True)
@@ -49,6 +47,9 @@ class Context:
     load_balancer_annotations: tuple[tuple[str, str], ...] = ()
     # The cluster's source (spec.cluster.source).
     source: str = ""
+    # The moves of a live cluster's objects whose new home now serves, by name (read from what is
+    # observed: function/serving/modelexpress.py).
+    moved: frozenset[str] = frozenset()
 
 
 # A builder returns the manifest (or chart values), or None for "not now": a component already
@@ -88,6 +89,10 @@ class Component:
     # Charts: the components that apply the chart's own CRDs (also in `after`). The release is
     # installed without them (skipCRDs) and moves to a new chart version only once they have.
     crds: tuple[str, ...] = ()
+    # A component of an earlier layout that a new one replaces: composed only where it already
+    # runs (never first created), and no longer once retired(observed) says its replacement
+    # serves, so Crossplane deletes it then.
+    retired: Callable[[Mapping], bool] | None = None
 
     @functools.cached_property
     def resource_key(self) -> str:
@@ -540,101 +545,6 @@ def queue(name: str, parent: str | None) -> dict:
     }
 
 
-def modelexpress(kind: str) -> dict:
-    """The ModelExpress server: metadata only, it moves no weights itself."""
-    meta = {"name": MODELEXPRESS, "namespace": "default", "labels": {"app": MODELEXPRESS}}
-    if kind == "ServiceAccount":
-        return {"apiVersion": "v1", "kind": kind, "metadata": meta}
-    if kind == "Role":
-        return {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": kind,
-            "metadata": meta,
-            "rules": [
-                {
-                    "apiGroups": ["modelexpress.nvidia.com"],
-                    "resources": [
-                        "modelmetadatas",
-                        "modelmetadatas/status",
-                        "modelcacheentries",
-                        "modelcacheentries/status",
-                    ],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-                },
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-                },
-            ],
-        }
-    if kind == "RoleBinding":
-        return {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": kind,
-            "metadata": meta,
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": MODELEXPRESS,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": MODELEXPRESS, "namespace": "default"}],
-        }
-    if kind == "Service":
-        return {
-            "apiVersion": "v1",
-            "kind": kind,
-            "metadata": meta,
-            "spec": {
-                "selector": {"app": MODELEXPRESS},
-                "ports": [
-                    {
-                        "name": "grpc",
-                        "port": MODELEXPRESS_PORT,
-                        "targetPort": MODELEXPRESS_PORT,
-                        "protocol": "TCP",
-                    }
-                ],
-            },
-        }
-    probe = {"tcpSocket": {"port": MODELEXPRESS_PORT}, "periodSeconds": 10}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta,
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": MODELEXPRESS}},
-            "template": {
-                "metadata": {"labels": {"app": MODELEXPRESS}},
-                "spec": {
-                    "serviceAccountName": MODELEXPRESS,
-                    "containers": [
-                        {
-                            "name": "server",
-                            "image": IMAGES[MODELEXPRESS],
-                            "ports": [{"name": "grpc", "containerPort": MODELEXPRESS_PORT}],
-                            "env": [
-                                {"name": "MODEL_EXPRESS_CACHE_DIRECTORY", "value": "/mnt/models"},
-                                {"name": "HF_HUB_CACHE", "value": "/mnt/models"},
-                                {"name": "MX_METADATA_BACKEND", "value": "kubernetes"},
-                                {
-                                    "name": "POD_NAMESPACE",
-                                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-                                },
-                            ],
-                            "readinessProbe": {**probe, "initialDelaySeconds": 5},
-                            "livenessProbe": {**probe, "initialDelaySeconds": 15},
-                            "volumeMounts": [{"name": "cache", "mountPath": "/mnt/models"}],
-                        }
-                    ],
-                    "volumes": [{"name": "cache", "emptyDir": {}}],
-                },
-            },
-        },
-    }
-
-
 CRD_ESTABLISHED = "has(object.status) && has(object.status.conditions) && " + (
     "object.status.conditions.exists(c, c.type == 'Established' && c.status == 'True')"
 )
@@ -642,6 +552,14 @@ DEPLOYMENT_AVAILABLE = (
     "has(object.status) && has(object.status.conditions) && "
     "object.status.conditions.exists(c, c.type == 'Available' && c.status == 'True')"
 )
+
+
+MODELEXPRESS_CRDS = ("modelexpress-crd-modelmetadatas", "modelexpress-crd-modelcacheentries")
+
+
+def _never(_observed: Mapping) -> bool:
+    """Kept for good once there (the alias of a moved Service)."""
+    return False
 
 
 def own_budget(key: str, budget: dict, release: str, stack: str) -> Component:
@@ -892,25 +810,70 @@ def table() -> tuple[Component, ...]:
             stacks=frozenset({DYNAMO}),
             ready_when=CRD_ESTABLISHED,
         ),
+        # The ModelExpress server in a namespace of its own (Pod Security baseline: its image
+        # runs as root, nothing more), with a Role over that namespace alone.
+        manifest(
+            modelexpress.NAMESPACE_KEY,
+            namespace(modelexpress.NAMESPACE, BASELINE),
+            stacks=frozenset({DYNAMO}),
+            # On a cluster someone else runs it may be there already: taken up, never deleted.
+            left_on=frozenset({EXISTING}),
+        ),
         *(
             manifest(
-                f"modelexpress-server-{kind.lower()}",
-                modelexpress(kind),
-                after=("modelexpress-crd-modelmetadatas", "modelexpress-crd-modelcacheentries"),
+                f"modelexpress-{kind.lower()}",
+                modelexpress.server(kind),
+                after=(modelexpress.NAMESPACE_KEY, *MODELEXPRESS_CRDS),
                 stacks=frozenset({DYNAMO}),
             )
             for kind in ("ServiceAccount", "Role", "RoleBinding", "Service")
         ),
         manifest(
-            "modelexpress-server",
-            modelexpress("Deployment"),
+            modelexpress.DEPLOYMENT_KEY,
+            modelexpress.server("Deployment"),
             after=(
-                "modelexpress-server-serviceaccount",
-                "modelexpress-server-rolebinding",
-                "modelexpress-server-service",
+                "modelexpress-serviceaccount",
+                "modelexpress-rolebinding",
+                modelexpress.SERVICE_KEY,
             ),
             stacks=frozenset({DYNAMO}),
             ready_when=DEPLOYMENT_AVAILABLE,
+        ),
+        # What live clusters run in `default`, moved out (function/serving/modelexpress.py): the
+        # Service becomes an alias of the new one once it serves, the rest goes after.
+        *(
+            manifest(
+                key,
+                modelexpress.server(kind, modelexpress.LEGACY_NAMESPACE),
+                after=MODELEXPRESS_CRDS,
+                stacks=frozenset({DYNAMO}),
+                retired=modelexpress.legacy_access_retired,
+            )
+            for key, kind in zip(
+                modelexpress.LEGACY_ACCESS_KEYS,
+                ("ServiceAccount", "Role", "RoleBinding"),
+                strict=True,
+            )
+        ),
+        manifest(
+            modelexpress.LEGACY_SERVICE_KEY,
+            lambda ctx: modelexpress.legacy_service(ctx.moved),
+            # Deleted with the XR before the Service it points at.
+            after=(*MODELEXPRESS_CRDS, modelexpress.SERVICE_KEY),
+            stacks=frozenset({DYNAMO}),
+            retired=_never,
+        ),
+        manifest(
+            modelexpress.LEGACY_DEPLOYMENT_KEY,
+            modelexpress.server("Deployment", modelexpress.LEGACY_NAMESPACE),
+            after=(
+                "modelexpress-server-serviceaccount",
+                "modelexpress-server-rolebinding",
+                modelexpress.LEGACY_SERVICE_KEY,
+            ),
+            stacks=frozenset({DYNAMO}),
+            ready_when=DEPLOYMENT_AVAILABLE,
+            retired=modelexpress.legacy_server_retired,
         ),
     )
 

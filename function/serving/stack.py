@@ -37,6 +37,7 @@ from function.serving import (
     gpu_health,
     gpus,
     looking,
+    modelexpress,
 )
 from function.serving.components import (
     CHART_OF_CRD,
@@ -88,6 +89,8 @@ class StackFacts:
     )
     # (of, by) resource keys: within the stack, of outlives by.
     outlives: list[tuple[str, str]] = field(default_factory=list)
+    # The ModelExpress server's address, once it is observed serving (None: not this time).
+    model_express: str | None = None
 
 
 def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
@@ -105,6 +108,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         client_cas=cas,
         load_balancer_annotations=load_balancer_annotations(inputs, cluster),
         source=inputs.xr.spec.cluster.source,
+        moved=modelexpress.moves(observed),
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
     table = components(ctx.stack, inputs.xr.spec.cluster.source)
@@ -128,6 +132,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     )
     facts.results += gpu_health.warnings(health)
 
+    facts.model_express = modelexpress.address(observed)
     facts.address, facts.ca_certificate = observed_gateway(inputs)
     published = (inputs.observed.status.get("gateway") or {}).get("caCertificate")
     facts.results += gateway.ca_changed(published, facts.ca_certificate)
@@ -143,7 +148,9 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     if not reachable and not facts.resources:
         return facts
     backend = verdict(
-        describe_waiting(waiting, len(table), "components", failing=failing) if waiting else None,
+        describe_waiting(waiting, len(table) - walk.gone, "components", failing=failing)
+        if waiting
+        else None,
         facts.gpus,
         bool(withheld),
         ctx.stack,
@@ -168,10 +175,17 @@ class _Walk:
     pending: dict[str, str | None] = field(default_factory=dict)
     withheld: list[str] = field(default_factory=list)
     adopted: dict[str, adoption.Decision] = field(default_factory=dict)
+    # Components of an earlier layout not composed: not there, or retired.
+    gone: int = 0
 
     def compose(self, component: Component) -> None:
         """Compose component into facts, or say why not."""
         key = component.resource_key
+        if component.retired is not None:
+            observed = self.inputs.observed.resources
+            if key not in observed or component.retired(observed):
+                self.gone += 1
+                return  # never first created; once retired, deleted by Crossplane
         decision = self.decisions.get(component.key)
         if decision is not None and decision.verdict == "adopted":
             self.adopted[key] = decision

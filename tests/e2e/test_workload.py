@@ -38,7 +38,8 @@ import yaml
 
 from function import failures, names
 from function import kube as composed_kube
-from function.serving import adoption, gpu_health
+from function.inputs import ObservedResource
+from function.serving import adoption, gpu_health, modelexpress
 from function.serving.components import (
     AI_GATEWAY_VALUES,
     AI_GATEWAY_WEBHOOK_SECRET,
@@ -949,6 +950,23 @@ def standalone_release(kube: Kube, wl: WorkloadCluster, name: str, for_provider:
     """A Release of its own (no XR's) on a workload cluster, through a ClusterProviderConfig
     with the cluster's kubeconfig (one for provider-kubernetes too, by the same name);
     remove_standalone_release uninstalls it."""
+    standalone_provider_configs(kube, wl, name)
+    release = {
+        "apiVersion": "helm.m.crossplane.io/v1beta1",
+        "kind": "Release",
+        "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+        "spec": {
+            "providerConfigRef": {"kind": "ClusterProviderConfig", "name": name},
+            "rollbackLimit": 5,
+            "forProvider": for_provider,
+        },
+    }
+    kube.apply(release)
+    return release
+
+
+def standalone_provider_configs(kube: Kube, wl: WorkloadCluster, name: str) -> None:
+    """The helm and kubernetes ClusterProviderConfigs named name, with wl's kubeconfig."""
     kube.apply(
         {
             "apiVersion": "v1",
@@ -975,18 +993,6 @@ def standalone_release(kube: Kube, wl: WorkloadCluster, name: str, for_provider:
                 },
             }
         )
-    release = {
-        "apiVersion": "helm.m.crossplane.io/v1beta1",
-        "kind": "Release",
-        "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
-        "spec": {
-            "providerConfigRef": {"kind": "ClusterProviderConfig", "name": name},
-            "rollbackLimit": 5,
-            "forProvider": for_provider,
-        },
-    }
-    kube.apply(release)
-    return release
 
 
 def release_deployed(kube: Kube, name: str, revision: int) -> dict | None:
@@ -1488,3 +1494,115 @@ def test_a_live_dra_driver_moves_to_the_maintained_line_in_place(
         finally:
             watch.stop()
             remove_standalone_release(kube, name)
+
+
+def test_modelexpress_s_old_service_becomes_the_alias_through_the_real_provider_kubernetes(
+    control_plane: ControlPlane, kube: Kube, provider_processes, tmp_path_factory
+):
+    """A live Dynamo cluster's move out of `default` (function/serving/modelexpress.py), through
+    the real provider-kubernetes: the old server's Objects as the previous release composed them,
+    the new server's beside them, then the old Service's Object turned into the alias. The
+    provider applies it over the running ClusterIP Service, and reports it back as the function
+    reads it (alias_in_place), the step that lets the old server go."""
+    etcd = f"http://{LOCALHOST}:{control_plane.ports.etcd}"
+    name = "e2e-modelexpress-move"
+    with WorkloadCluster(tmp_path_factory.mktemp("workload-mx"), etcd, "/workload-mx") as wl:
+        wl.add_node("system-0", {}, [], {"cpu": "8", "memory": "32Gi", "pods": "110"})
+        standalone_provider_configs(kube, wl, name)
+        available = "has(object.status) && has(object.status.conditions) && " + (
+            "object.status.conditions.exists(c, c.type == 'Available' && c.status == 'True')"
+        )
+
+        def applied(key: str, manifest: dict, ready_when: str | None = None) -> dict:
+            body = composed_kube.manifest_object(name, key, manifest, name, ready_when=ready_when)
+            kube.apply(body)
+            return body
+
+        def observed(body: dict) -> ObservedResource | None:
+            meta = body["metadata"]
+            got = kube.get_or_none(body["apiVersion"], "Object", meta["name"], meta["namespace"])
+            return ObservedResource(got) if got else None
+
+        def is_ready(body: dict) -> bool:
+            seen = observed(body)
+            return seen is not None and seen.ready
+
+        def status(body: dict) -> str:
+            seen = observed(body)
+            return f"{seen.body.get('status') if seen else None}\n{provider_processes.logs(20)}"
+
+        def in_place(body: dict) -> bool:
+            seen = observed(body)
+            found = {modelexpress.LEGACY_SERVICE_KEY: seen} if seen else {}
+            return modelexpress.alias_in_place(found)
+
+        objects = []
+        try:
+            old_service = applied(
+                modelexpress.LEGACY_SERVICE_KEY, modelexpress.server("Service", "default")
+            )
+            objects.append(old_service)
+            objects.append(
+                applied(
+                    "modelexpress-server-serviceaccount",
+                    modelexpress.server("ServiceAccount", "default"),
+                )
+            )
+            objects.append(
+                applied(
+                    modelexpress.LEGACY_DEPLOYMENT_KEY,
+                    modelexpress.server("Deployment", "default"),
+                    available,
+                )
+            )
+            for key, manifest in (
+                (modelexpress.NAMESPACE_KEY, namespace_manifest(modelexpress.NAMESPACE)),
+                ("modelexpress-serviceaccount", modelexpress.server("ServiceAccount")),
+                (modelexpress.SERVICE_KEY, modelexpress.server("Service")),
+            ):
+                objects.append(applied(key, manifest))
+            objects.append(
+                applied(modelexpress.DEPLOYMENT_KEY, modelexpress.server("Deployment"), available)
+            )
+            for body in objects:
+                wait_for(
+                    lambda b=body: is_ready(b),
+                    timeout=180,
+                    what=f"{body['metadata']['name']} Ready",
+                    describe=lambda b=body: status(b),
+                )
+            was = wl.kube.get("v1", "Service", modelexpress.NAME, "default")
+            assert was["spec"]["type"] == "ClusterIP"
+            assert not in_place(old_service)
+
+            # The function's next body for the old Service's Object: the alias.
+            applied(modelexpress.LEGACY_SERVICE_KEY, modelexpress.alias())
+            wait_for(
+                lambda: in_place(old_service),
+                timeout=180,
+                what="provider-kubernetes to report the alias in place",
+                describe=lambda: status(old_service),
+            )
+            alias = wl.kube.get("v1", "Service", modelexpress.NAME, "default")["spec"]
+            assert alias["type"] == "ExternalName", alias
+            fqdn = f"{modelexpress.NAME}.{modelexpress.NAMESPACE}.svc.cluster.local"
+            assert alias["externalName"] == fqdn
+            # Released by the API server; the selector and ports, which the provider's field
+            # manager owned and the alias no longer names, taken away by its server-side apply.
+            assert "clusterIP" not in alias and "selector" not in alias, alias
+            assert is_ready(old_service)
+        finally:
+            for body in reversed(objects):
+                kube.delete(
+                    body["apiVersion"], "Object", body["metadata"]["name"], SYSTEM_NAMESPACE
+                )
+            for body in objects:
+                with contextlib.suppress(TimeoutError):
+                    wait_for(
+                        lambda b=body: observed(b) is None,
+                        timeout=120,
+                        what=f"{body['metadata']['name']} deleted",
+                    )
+            for api in (names.HELM_PROVIDER_CONFIG_API, names.KUBERNETES_PROVIDER_CONFIG_API):
+                kube.delete(api, "ClusterProviderConfig", name)
+            kube.delete("v1", "Secret", name, SYSTEM_NAMESPACE)

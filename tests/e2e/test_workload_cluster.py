@@ -14,11 +14,13 @@ import yaml
 
 from function import names
 from function.clusters.eks import NETWORK_POLICY_FLAG, rolled_with
-from function.serving import gateway_api
+from function.serving import gateway_api, modelexpress
 from function.serving.components import (
+    BASELINE,
     ENVOY_GATEWAY_EXISTING_VALUES,
     GROVE_VALUES,
     PRIVILEGED,
+    namespace,
 )
 from function.versions import CHARTS, GATEWAY_API_BUNDLE
 from tests.charts import charts_dir, helm_bin
@@ -428,3 +430,87 @@ def test_the_cni_policy_handover_reads_a_real_daemonset_rollout(workload: Worklo
     assert seen_rolled >= 3, f"the new template never rolled out: {ds.get('status')}"
     assert last_rolled["status"]["observedGeneration"] == last_rolled["metadata"]["generation"]
     kube.delete("apps/v1", "DaemonSet", "aws-node", NAMESPACE)
+
+
+def provider_kubernetes_applies(kube: Kube, manifest: dict) -> dict:
+    """What provider-kubernetes v1.3.1 does with an Object's manifest by default
+    (`--enable-server-side-apply`, on): a forced server-side apply under a field manager of the
+    Object's own (tests/e2e/test_workload.py runs the real provider)."""
+    return kube.apply(manifest, manager="provider-kubernetes/e2e-modelexpress")
+
+
+def endpoints(kube: Kube, namespace_: str) -> list:
+    slices = kube.list(
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        namespace_,
+        label_selector=f"kubernetes.io/service-name={modelexpress.NAME}",
+    )
+    return [e for s in slices for e in s.get("endpoints") or []]
+
+
+def test_modelexpress_moves_out_of_default_behind_an_alias_of_its_old_service(
+    workload: WorkloadCluster,
+):
+    """A live cluster's move (function/serving/modelexpress.py) on a real API server: the new
+    server runs under Pod Security baseline, and the old ClusterIP Service, applied over as the
+    alias as provider-kubernetes does, is accepted with its ClusterIP released; once the old
+    server goes, nothing is left behind the old name but the alias (and, until removed, the
+    EndpointSlice the controller no longer updates)."""
+    kube: Kube = workload.kube
+    old = [modelexpress.server(k, "default") for k in ("ServiceAccount", "Service", "Deployment")]
+    new = [namespace(modelexpress.NAMESPACE, BASELINE)]
+    new += [modelexpress.server(k) for k in ("ServiceAccount", "Role", "RoleBinding", "Service")]
+    new.append(modelexpress.server("Deployment"))
+
+    def available(ns: str) -> bool:
+        deployment = kube.get("apps/v1", "Deployment", modelexpress.NAME, ns)
+        return condition(deployment, "Available").get("status") == "True"
+
+    for manifest in old:
+        provider_kubernetes_applies(kube, manifest)
+    wait_for(lambda: available("default"), timeout=60, what="the old server Available")
+    wait_for(lambda: endpoints(kube, "default"), timeout=60, what="the old Service's endpoints")
+    was = kube.get("v1", "Service", modelexpress.NAME, "default")
+    assert was["spec"]["clusterIP"] not in ("", "None")
+    for manifest in new:
+        provider_kubernetes_applies(kube, manifest)
+    wait_for(lambda: available(modelexpress.NAMESPACE), timeout=60, what="the new server Available")
+    alias = provider_kubernetes_applies(kube, modelexpress.alias())
+    spec = alias["spec"]
+    assert spec["type"] == "ExternalName"
+    assert spec["externalName"] == f"{modelexpress.NAME}.{modelexpress.NAMESPACE}.svc.cluster.local"
+    # The API server released the ClusterIP (pkg/registry/core/service dropTypeDependentFields),
+    # and the apply took away the selector and ports it no longer names: kube-proxy programs
+    # nothing for an ExternalName Service (pkg/proxy/util ShouldSkipService), cluster DNS answers
+    # its names with the CNAME.
+    assert "clusterIP" not in spec and "clusterIPs" not in spec, spec
+    assert "selector" not in spec and "ports" not in spec, spec
+    assert kube.delete("apps/v1", "Deployment", modelexpress.NAME, "default")
+    wait_for(
+        lambda: not kube.list("v1", "Pod", "default", label_selector=f"app={modelexpress.NAME}"),
+        timeout=60,
+        what="the old server's pods gone",
+    )
+    # The Endpoints and EndpointSlice controllers leave an ExternalName Service's objects as they
+    # were (pkg/controller/endpoint and endpointslice syncService return early), and the
+    # mirroring controller copies the stale Endpoints of a Service without selector into a slice
+    # of its own: the old pod's address stays listed, unused, until both are removed by hand
+    # (docs/stack.md); removed, they do not come back.
+    assert endpoints(kube, "default")
+    kube.delete("v1", "Endpoints", modelexpress.NAME, "default")
+    slices = kube.list(
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        "default",
+        label_selector=f"kubernetes.io/service-name={modelexpress.NAME}",
+    )
+    for found in slices:
+        kube.delete("discovery.k8s.io/v1", "EndpointSlice", found["metadata"]["name"], "default")
+    wait_for(lambda: not endpoints(kube, "default"), timeout=30, what="the stale slices gone")
+    time.sleep(5)
+    assert not endpoints(kube, "default")
+    assert endpoints(kube, modelexpress.NAMESPACE)
+    # Applying it again changes nothing (the function sends the same manifest every reconcile).
+    again = provider_kubernetes_applies(kube, modelexpress.alias())
+    assert again["spec"] == spec

@@ -364,11 +364,13 @@ def test_stacks_differ_only_in_their_own_components():
         "kai-queue",
         "modelexpress-crd-modelmetadatas",
         "modelexpress-crd-modelcacheentries",
-        "modelexpress-server-serviceaccount",
-        "modelexpress-server-role",
-        "modelexpress-server-rolebinding",
-        "modelexpress-server-service",
-        "modelexpress-server",
+        # A new cluster gets the server in its own namespace, and nothing in `default`.
+        "modelexpress-namespace",
+        "modelexpress-serviceaccount",
+        "modelexpress-role",
+        "modelexpress-rolebinding",
+        "modelexpress-service",
+        "modelexpress-deployment",
     }
     queue = dynamo.resources["kai-queue"].body["spec"]["forProvider"]["manifest"]
     assert queue["spec"]["parentQueue"] == "modelplane-root"

@@ -112,8 +112,9 @@ def outlives(pairs: set[tuple[str, str]], of: str, by: str) -> bool:
         ("release-cert-manager", "gateway-selfsigned-issuer"),
         ("release-kai-scheduler", "kai-queue"),
         ("release-kai-scheduler", "kai-queue-root"),
-        ("modelexpress-crd-modelmetadatas", "modelexpress-server"),
-        ("modelexpress-crd-modelcacheentries", "modelexpress-server"),
+        ("modelexpress-crd-modelmetadatas", "modelexpress-deployment"),
+        ("modelexpress-crd-modelcacheentries", "modelexpress-deployment"),
+        ("modelexpress-namespace", "modelexpress-deployment"),
         ("release-trust-manager", "gateway-ca-bundle"),
     ],
 )
