@@ -32,13 +32,6 @@ def render(inputs: Inputs, cluster: ClusterFacts, stack: StackFacts) -> dict:
     if published:
         status["gateway"] = published
 
-    # Once published it stays (a server not Ready for a moment has not moved).
-    model_express = stack.model_express or _string(
-        (observed.get("modelExpress") or {}).get("address")
-    )
-    if model_express:
-        status["modelExpress"] = {"address": model_express}
-
     provider_config, storage_class = cluster.provider_config, cluster.storage_class
     if not cluster.complete:
         provider_config = provider_config or observed.get("providerConfigRef", {}).get("name")

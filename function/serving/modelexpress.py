@@ -224,11 +224,6 @@ def legacy_access_retired(observed: Mapping[str, ObservedResource]) -> bool:
     return alias_in_place(observed) and LEGACY_DEPLOYMENT_KEY not in observed
 
 
-def address(observed: Mapping[str, ObservedResource]) -> str | None:
-    """ADDRESS, once the server there is observed Available (status.modelExpress)."""
-    return ADDRESS if _ready(observed, DEPLOYMENT_KEY) else None
-
-
 def _ready(observed: Mapping[str, ObservedResource], key: str) -> bool:
     seen = observed.get(key)
     return seen is not None and seen.ready

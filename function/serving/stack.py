@@ -89,8 +89,6 @@ class StackFacts:
     )
     # (of, by) resource keys: within the stack, of outlives by.
     outlives: list[tuple[str, str]] = field(default_factory=list)
-    # The ModelExpress server's address, once it is observed serving (None: not this time).
-    model_express: str | None = None
 
 
 def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
@@ -132,7 +130,6 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     )
     facts.results += gpu_health.warnings(health)
 
-    facts.model_express = modelexpress.address(observed)
     facts.address, facts.ca_certificate = observed_gateway(inputs)
     published = (inputs.observed.status.get("gateway") or {}).get("caCertificate")
     facts.results += gateway.ca_changed(published, facts.ca_certificate)

@@ -295,26 +295,3 @@ def test_a_cluster_that_never_ran_the_old_server_gets_no_alias():
     xr, req, new = dynamo()
     again = compose_cluster(xr, sim.answered(req, new), reported(new), INSTALLED)
     assert not LEGACY.keys() & again.resources.keys()
-
-
-def test_the_status_tells_consumers_the_address_once_the_server_serves():
-    xr, req, out = dynamo()
-    assert out.status["modelExpress"] == {"address": modelexpress.ADDRESS}
-    # Not before the server in its namespace is Available; kept once published.
-    composed = _moved_until(
-        xr, req, previous_release(xr, out), lambda o: modelexpress.DEPLOYMENT_KEY in o.resources
-    )
-    first = _unready(reported(composed), modelexpress.DEPLOYMENT_KEY)
-    first = replace(first, status={k: v for k, v in first.status.items() if k != "modelExpress"})
-    waiting = compose_cluster(xr, sim.answered(req, composed), first, INSTALLED)
-    assert "modelExpress" not in waiting.status
-    lost = _unready(reported(out), modelexpress.DEPLOYMENT_KEY)
-    kept = compose_cluster(xr, sim.answered(req, out), lost, INSTALLED)
-    assert kept.status["modelExpress"] == {"address": modelexpress.ADDRESS}
-
-
-def test_a_standard_cluster_has_no_modelexpress():
-    xr, classes = existing("Standard")
-    out = sim.converge(xr, required(classes, [inference_gateway("fleet-a")]), None, INSTALLED)
-    assert "modelExpress" not in out.status
-    assert not any(k.startswith("modelexpress") for k in out.resources)
