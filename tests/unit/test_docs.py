@@ -107,3 +107,23 @@ def test_the_documented_gpu_labels_taints_and_upgrade_settings_are_the_composed_
     assert f'`maxUnavailable: "{aks.GPU_UPGRADE["maxUnavailable"]}"`' in clouds
     strategy = nebius.GPU_STRATEGY
     assert f"`maxSurge: {{count: {strategy['maxSurge']['count']}}}`" in clouds
+
+
+@pytest.mark.parametrize(
+    ("cloud", "source"),
+    [
+        ("eks", "EKS"),
+        ("gke", "GKE"),
+        ("aks", "AKS"),
+        ("nebius", "Nebius"),
+        ("vultr", "Vultr"),
+        ("existing", "Existing"),
+    ],
+)
+def test_the_clouds_overview_says_what_each_cloud_page_says_it_composes(cloud, source):
+    """docs/clouds/README.md's table repeats each page's row word for word: one is never left
+    behind when the other moves."""
+    page = (DOCS / "clouds" / f"{cloud}.md").read_text().splitlines()
+    overview = (DOCS / "clouds" / "README.md").read_text().splitlines()
+    [row] = [line for line in page if line.startswith(f"| `{source}` |")]
+    assert row in overview
