@@ -8,6 +8,7 @@ import re
 import pytest
 
 from function import models
+from function.__version__ import __version__
 from function.clusters import aks, base, gke, nebius
 from function.workload import GPU_TOLERATION
 from tests.conftest import ROOT
@@ -127,3 +128,15 @@ def test_the_clouds_overview_says_what_each_cloud_page_says_it_composes(cloud, s
     overview = (DOCS / "clouds" / "README.md").read_text().splitlines()
     [row] = [line for line in page if line.startswith(f"| `{source}` |")]
     assert row in overview
+
+
+def test_every_install_and_push_command_names_the_release_at_hand():
+    """The README and operations.md install and push the version function/__version__.py
+    says, never an older release's tag."""
+    version = __version__
+    for page in (ROOT / "README.md", DOCS / "operations.md"):
+        tags = re.findall(
+            r"(?:function|modelplane)-inference-cluster:(v[0-9][^\s`]*)", page.read_text()
+        )
+        assert tags, page
+        assert set(tags) == {f"v{version}"}, page
