@@ -16,8 +16,13 @@ from collections.abc import Collection, Mapping
 from function.inputs import ObservedResource
 from function.output import Desired, Result
 
-# Characters of a provider's message carried onto the XR (conditions and Warnings).
+# Characters of a provider's message carried onto the XR (conditions and Warnings). A longer one
+# keeps its start (what the provider was doing) and its end, where upjet and provider-kubernetes put
+# the cause after their prefixes ("async create failed: failed to create the resource: [{0 creating
+# ...: operation error ...: InvalidParameterException: <the cause>}]").
 LIMIT = 300
+HEAD = 100
+CUT = " ... "
 # provider-kubernetes reports an Observe-only Object whose object does not exist as Synced=False,
 # "cannot observe external resource: external resource does not exist" (crossplane-runtime v2.1
 # managed reconciler, ShouldOnlyObserve).
@@ -57,7 +62,9 @@ def words(message: object) -> str | None:
     text = scrub(message)
     first = next((line for line in text.splitlines() if line.strip()), "")
     folded = " ".join(first.split())
-    return folded if len(folded) <= LIMIT else folded[: LIMIT - 3] + "..."
+    if len(folded) <= LIMIT:
+        return folded
+    return folded[:HEAD] + CUT + folded[len(folded) - (LIMIT - HEAD - len(CUT)) :]
 
 
 def failure(seen: ObservedResource | None) -> str | None:

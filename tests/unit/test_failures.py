@@ -168,7 +168,20 @@ def test_what_looks_like_a_secret_never_reaches_the_xr(message, kept, gone):
 def test_the_words_are_the_first_line_folded_and_bounded():
     assert failures.words("first   line\n  second line") == "first line"
     long = failures.words("x " * 1000)
-    assert len(long) == failures.LIMIT and long.endswith("...")
+    assert len(long) == failures.LIMIT and failures.CUT in long
+    # A long message keeps what the provider was doing and, at its end, why it failed.
+    upjet = (
+        "cannot apply Terraform plan: async create failed: failed to create the resource: [{0 "
+        "creating EKS Cluster (mp-eks-us-east-cluster-dae66): operation error EKS: CreateCluster, "
+        + "https response error StatusCode: 400, RequestID: 0f6e5c1a, "
+        * 4
+        + "UnsupportedAvailabilityZoneException: Cannot create cluster because us-east-1e, "
+        "the targeted availability zone, does not currently have sufficient capacity  []}]"
+    )
+    shown = failures.words(upjet)
+    assert len(shown) == failures.LIMIT
+    assert shown.startswith("cannot apply Terraform plan: async create failed")
+    assert shown.endswith("does not currently have sufficient capacity []}]")
     assert failures.words("") is None and failures.words(None) is None
     # Names of resources (dashes break a run) are not taken for secrets.
     name = "modelplane-system-gke-us-central-nodepool-gpu-h100-abc12-def34-ghi56"
