@@ -176,7 +176,7 @@ POD_IDENTITIES = (
 # DaemonSet's node agent container (aws/amazon-vpc-cni-k8s charts/aws-vpc-cni), so every
 # aws-node pod is created again: on a live cluster that roll is what moves aws-node onto its
 # Pod Identity (node_handover).
-VPC_CNI_VALUES = json.dumps({"enableNetworkPolicy": "true"}, sort_keys=True)
+NETWORK_POLICY = {"enableNetworkPolicy": "true"}
 NETWORK_POLICY_FLAG = "--enable-network-policy=true"
 # The aws-node DaemonSet, observed (never changed) while the node role keeps the CNI policy.
 AWS_NODE = "aws-node-daemonset"
@@ -674,7 +674,7 @@ class EKSCluster:
         self.mr(key, EKS_API, "Addon", c.name("addon", addon), spec)
 
     def vpc_cni_values(self, key: str) -> str | None:
-        """The VPC CNI add-on's configuration with the network policy agent on (VPC_CNI_VALUES),
+        """The VPC CNI add-on's configuration with the network policy agent on (NETWORK_POLICY),
         merged over what its spec carries (set outside the function and late-initialised: JSON
         or YAML, as EKS takes it), or None to leave it as it is.
 
@@ -685,11 +685,8 @@ class EKSCluster:
         seen = c.observed(key)
         live = seen.get("spec", "forProvider", "configurationValues") if seen else None
         live = live if isinstance(live, str) and live.strip() else None
-        try:
-            values = yaml.safe_load(live) if live else {}
-        except yaml.YAMLError:
-            values = None
-        if not isinstance(values, dict):
+        values = config_values(live) if live else {}
+        if values is None:
             c.warn(
                 "add-on vpc-cni: its configurationValues are not a JSON or YAML object, so the "
                 "function leaves them, and the network policy agent, as they are (add "
@@ -697,11 +694,9 @@ class EKSCluster:
                 reason="NetworkPolicyNotEnforced",
             )
             return live
-        wanted = json.loads(VPC_CNI_VALUES)
-        on = all(values.get(k) == v for k, v in wanted.items())
-        if seen is not None and not on and not c.is_ready("pod-identity-vpc-cni"):
+        if seen is not None and not policy_on(values) and not c.is_ready("pod-identity-vpc-cni"):
             return live
-        return json.dumps({**values, **wanted}, sort_keys=True)
+        return json.dumps({**values, **NETWORK_POLICY}, sort_keys=True)
 
     def kubeconfig_ready(self) -> bool:
         auth = self.cloud.observed("cluster-auth")
@@ -1256,9 +1251,23 @@ def rolled_with(daemonset: dict, arg: str) -> bool:
 def network_policy_on(addon: ObservedResource | None) -> bool:
     """Whether an observed VPC CNI add-on reports its network policy agent on."""
     live = addon.at_provider("configurationValues") if addon else None
+    return isinstance(live, str) and policy_on(config_values(live) or {})
+
+
+def policy_on(values: dict) -> bool:
+    """Whether add-on configuration values turn the network policy agent on."""
+    return all(values.get(k) == v for k, v in NETWORK_POLICY.items())
+
+
+def config_values(text: str) -> dict | None:
+    """An add-on's configurationValues as EKS takes them (a JSON or YAML object), or None. JSON
+    first, which is what the function writes and reads back each reconcile; YAML (slower, pure
+    Python) only for what was set outside the function."""
     try:
-        values = yaml.safe_load(live) if isinstance(live, str) else None
-    except yaml.YAMLError:
-        return False
-    wanted = json.loads(VPC_CNI_VALUES)
-    return isinstance(values, dict) and all(values.get(k) == v for k, v in wanted.items())
+        values = json.loads(text)
+    except ValueError:
+        try:
+            values = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return None
+    return values if isinstance(values, dict) else None
