@@ -12,7 +12,6 @@ Rules the engine applies to every component (function/serving/components.py):
 
 import functools
 import marshal
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -22,6 +21,7 @@ from function.clusters.base import (
     PROVIDER_CONFIG_KEYS,
     as_desired,
     describe_waiting,
+    release,
     unready_reasons,
 )
 from function.clusters.facts import ClusterFacts
@@ -58,8 +58,6 @@ GATEWAY_KIND = Requirement(names.API_VERSION, "InferenceGateway")
 GATEWAY_SCHEMA = "inference-gateway-kind"
 GATEWAYS = "inference-gateways"
 DRA_DRIVER = "nvidia-dra-driver"
-# A chart version: major, minor and patch, then anything (a pre-release, build metadata).
-_SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 
 
 @dataclass
@@ -383,16 +381,10 @@ def _rolls_back(component: Component, seen: ObservedResource | None) -> bool:
     line = component.rolls_back_within
     if line is None or seen is None or _first_install(seen):
         return True
-    version = _version(seen.at_provider("version"))
-    if version is None or not line[0] <= version < line[1]:
+    version = seen.at_provider("version")
+    if not isinstance(version, str) or not line[0] <= release(version)[:3] < line[1]:
         return False
     return seen.at_provider("state") == "deployed" or seen.get("spec", "rollbackLimit") is not None
-
-
-def _version(text: object) -> tuple[int, int, int] | None:
-    """A chart version's major, minor and patch, or None."""
-    match = _SEMVER.match(text) if isinstance(text, str) else None
-    return (int(match[1]), int(match[2]), int(match[3])) if match else None
 
 
 def _body(
