@@ -14,7 +14,8 @@
 // cluster's first request and its next requests by requirements) round robin, one at a time,
 // each request marshalled afresh (a new map order) and its garbage collected before its
 // reconcile is timed, and prints the median and p90 of the timed rounds (the first round fills
-// the function's caches).
+// the function's caches); then the same rounds against the echo (job "echo"), the transport of
+// the same requests, whose median it prints beside them.
 package main
 
 import (
@@ -329,6 +330,7 @@ func quantile(samples []float64, q float64) float64 {
 type FleetJob struct {
 	Descriptors []byte `json:"descriptors"`
 	Target      string `json:"target"`
+	Echo        string `json:"echo"`   // a server answering without the function: the transport
 	Rounds      int    `json:"rounds"` // timed, after one that is not
 }
 
@@ -337,6 +339,7 @@ type FleetResult struct {
 	Calls    int     `json:"calls"`
 	MedianMs float64 `json:"median_ms"`
 	P90Ms    float64 `json:"p90_ms"`
+	EchoMs   float64 `json:"echo_median_ms"`
 }
 
 // readChunk reads a length-prefixed (uint32, little endian) byte string.
@@ -417,39 +420,76 @@ func runFleet(path string) error {
 	if err != nil {
 		return fmt.Errorf("cannot read the fleet: %w", err)
 	}
-	conn, err := dial(job.Target)
+	result := FleetResult{Clusters: len(cases)}
+	samples, calls, err := fleetRounds(job.Target, typ, cases, job.Rounds, func(conn *grpc.ClientConn, c *Case, rsp *[]byte) (int, error) {
+		return reconcile(context.Background(), conn, c, rsp)
+	})
 	if err != nil {
 		return err
+	}
+	result.MedianMs, result.P90Ms = quantile(samples, 0.5), quantile(samples, 0.9)
+	if job.Echo != "" {
+		echoed, echoCalls, err := fleetRounds(job.Echo, typ, cases, job.Rounds, replay)
+		if err != nil {
+			return err
+		}
+		if echoCalls != calls {
+			return fmt.Errorf("the echo took %d calls a reconcile, the function %d", echoCalls, calls)
+		}
+		result.EchoMs = quantile(echoed, 0.5)
+	}
+	result.Calls = calls
+	return json.NewEncoder(os.Stdout).Encode(result)
+}
+
+// fleetRounds reconciles the fleet round robin against target, each cluster's requests marshalled
+// afresh (a new map order) and their garbage collected before the timed call; the first round
+// is not timed.
+func fleetRounds(target string, typ protoreflect.MessageType, cases []*Case, rounds int, call func(*grpc.ClientConn, *Case, *[]byte) (int, error)) ([]float64, int, error) {
+	conn, err := dial(target)
+	if err != nil {
+		return nil, 0, err
 	}
 	defer conn.Close()
 	var rsp []byte
 	var samples []float64
 	calls := 0
-	for round := 0; round <= job.Rounds; round++ {
+	for round := 0; round <= rounds; round++ {
 		for _, c := range cases {
 			if err := prepare(typ, c, 1); err != nil {
-				return err
+				return nil, 0, err
 			}
-			// The garbage of marshalling is collected now, not during the timed calls.
 			runtime.GC()
 			start := time.Now()
-			n, err := reconcile(context.Background(), conn, c, &rsp)
+			n, err := call(conn, c, &rsp)
 			if err != nil {
-				return err
+				return nil, 0, err
 			}
+			calls = n
 			if round > 0 {
 				samples = append(samples, float64(time.Since(start).Nanoseconds())/1e6)
 			}
-			calls = n
 			c.first, c.next = nil, nil
 		}
 	}
-	return json.NewEncoder(os.Stdout).Encode(FleetResult{
-		Clusters: len(cases),
-		Calls:    calls,
-		MedianMs: quantile(samples, 0.5),
-		P90Ms:    quantile(samples, 0.9),
-	})
+	return samples, calls, nil
+}
+
+// replay sends a cluster's requests in the order the function's reconcile sends them (the first,
+// then each step's), without reading the answers: the echo answers any request of a size with
+// one answer of that size, whose requirements may name another cluster of the fleet.
+func replay(conn *grpc.ClientConn, c *Case, rsp *[]byte) (int, error) {
+	req := c.first.take()
+	if err := conn.Invoke(context.Background(), method, &req, rsp); err != nil {
+		return 1, err
+	}
+	for i, s := range c.Next {
+		req = c.next[string(s.Requirements)].take()
+		if err := conn.Invoke(context.Background(), method, &req, rsp); err != nil {
+			return i + 2, err
+		}
+	}
+	return 1 + len(c.Next), nil
 }
 
 func main() {
