@@ -603,6 +603,7 @@ class EKSCluster:
             return
         subnets = [{"name": c.name(tier, z)} for z in self.zones for tier in ("private", "public")]
         subnets = self.kept_subnets("cluster", subnets, "vpcConfig")
+        moved = self.versions.moved_by_cloud
         self.mr(
             "cluster",
             EKS_API,
@@ -626,6 +627,7 @@ class EKSCluster:
                 },
                 "tags": self.tags,
             },
+            annotations={eks_upgrade.MOVED_BY_CLOUD: moved} if moved else None,
         )
         self.cloud.made_once("access", _access, self.region, self.cluster_name, self.tags)
         for addon in EKS_ADDONS:
@@ -715,11 +717,15 @@ class EKSCluster:
         desired: int | None = None,
         block: str = BLOCK_UNKNOWN,
     ) -> None:
-        # The control plane's version once it reports one (eks_upgrade), else the one set before.
+        # The control plane's version once it reports one (eks_upgrade), else the one set before;
+        # while the groups follow a move of EKS's, the ones whose turn has not come keep theirs.
         seen = self.cloud.observed(key)
-        version = self.versions.nodes or (
-            seen.get("spec", "forProvider", "version") if seen else None
-        )
+        if key in self.versions.held:
+            version = self.versions.held[key]
+        else:
+            version = self.versions.nodes or (
+                seen.get("spec", "forProvider", "version") if seen else None
+            )
         annotations = None
         if capacity_block and isinstance(version, str):
             size, desired, version, annotations = self.block_upgrade(

@@ -7,12 +7,27 @@ keeps the version it was created with (provider-upjet-aws v2.6.0 never late-init
 late-initialised into its spec. So the function moves them in the order the guide gives: the
 control plane; once it reports the new minor, every node group; once every node group reports
 it, the add-ons whose version follows Kubernetes; and only then the next minor.
+
+EKS also moves a control plane itself: a cluster on standard support (the function sets
+`upgradePolicy.supportType: STANDARD`) is upgraded to the next minor at the end of its minor's
+standard support (EKS User Guide, "Understand the Kubernetes version lifecycle on EKS"), and its
+node groups stay where they were. The function never sets a Cluster's version below the minor it
+runs, so a Cluster that reports a minor above its spec's was moved by someone else. The function
+marks it (MOVED_BY_CLOUD: the next reconcile finds the spec at the running minor and could not
+tell), says so on the XR, and the node groups follow one at a time, the system group first and
+the GPU pools after it, each with the safeguards of a step the spec asks for (a Capacity Block
+group drained to 0 first: EKSCluster.block_upgrade).
 """
 
 from dataclasses import dataclass, field
 
 from function.clusters.base import Cloud, Minor, minor, release, text
 from function.versions import EKS_ADDON_VERSIONS
+
+# On the Cluster: the minor EKS moved the control plane to, beyond the spec's, while the node
+# groups follow it and the spec asks for less (the Cluster's own spec then no longer tells).
+MOVED_BY_CLOUD = "modelplane.ai/upgraded-by-eks"
+SYSTEM_GROUP = "system-nodegroup"
 
 
 @dataclass
@@ -22,6 +37,11 @@ class Plan:
     nodes: str | None
     # add-on -> the addonVersion to set (absent: the add-on's own, as EKS installed it).
     addons: dict[str, str] = field(default_factory=dict)
+    # The minor EKS moved the control plane to by itself (the Cluster's MOVED_BY_CLOUD), if so.
+    moved_by_cloud: str | None = None
+    # Node groups that wait for their turn while they follow EKS's move: key -> the version
+    # their spec keeps (None: none set).
+    held: dict[str, str | None] = field(default_factory=dict)
 
 
 def plan(cloud: Cloud, asked: str, node_groups: list[str]) -> Plan:
@@ -32,22 +52,93 @@ def plan(cloud: Cloud, asked: str, node_groups: list[str]) -> Plan:
     previous = previous if isinstance(previous, str) else None
     if running is None:
         # Not created yet, or its status lost for a moment: what was asked before stands.
-        return Plan(previous or asked, None, _kept_addons(cloud))
+        kept = cluster.get("metadata", "annotations", MOVED_BY_CLOUD) if cluster else None
+        moved = kept if isinstance(kept, str) else None
+        return Plan(previous or asked, None, _kept_addons(cloud), moved)
     nodes_there = all(_reports(cloud, key, running) for key in node_groups)
+    moved = _moved_by_cloud(cloud, asked, previous, running, nodes_there)
+    held = _one_at_a_time(cloud, node_groups, running) if moved else {}
     addons = _addons(cloud, running, nodes_there)
     settled = nodes_there and all(
         _observed_addon(cloud, addon, "status", "atProvider") == version
         for addon, version in addons.items()
     )
+    if moved and minor(asked) is not None and minor(asked) < running:
+        done = sum(1 for key in node_groups if _reports(cloud, key, running))
+        cloud.warn(
+            f"EKS moved the control plane to {moved}, beyond the {asked!r} "
+            "spec.cluster.eks.kubernetesVersion asks: a cluster on standard support is upgraded "
+            "by EKS at the end of its minor's standard support (EKS User Guide, \"Understand the "
+            'Kubernetes version lifecycle on EKS"), or someone moved it outside the function. '
+            f"The node groups follow one at a time, the system group first ({done} of "
+            f"{len(node_groups)} run {moved}); set kubernetesVersion to {moved}",
+            "ClusterUpgradedByCloud",
+        )
+        return Plan(at_running(previous, running), text(running), addons, moved, held)
     version = _control_plane(cloud, asked, previous, running, settled)
-    return Plan(version, text(running), addons)
+    return Plan(version, text(running), addons, moved, held)
+
+
+def at_running(previous: str | None, running: Minor) -> str:
+    """The running minor, as the spec spells it if it names that minor."""
+    return previous if previous and minor(previous) == running else text(running)
+
+
+def _moved_by_cloud(
+    cloud: Cloud, asked: str, previous: str | None, running: Minor, nodes_there: bool
+) -> str | None:
+    """The minor EKS moved the control plane to by itself, while that still matters.
+
+    The function never sets the Cluster's version below the minor it runs, so a spec below the
+    minor reported was left there by EKS's move (or someone's outside the function). The mark
+    stays while the spec asks for less or a node group has still to follow, so the next reconcile
+    (the Cluster's spec then at the running minor) knows it too."""
+    cluster = cloud.observed("cluster")
+    kept = cluster.get("metadata", "annotations", MOVED_BY_CLOUD) if cluster else None
+    if minor(previous) is not None and minor(previous) < running:
+        return text(running)  # seen now: the spec still names the minor EKS moved it from
+    if not isinstance(kept, str) or minor(kept) != running:
+        return None
+    wanted = minor(asked)
+    if nodes_there and wanted is not None and wanted >= running:
+        return None  # followed, and asked for again: a cluster like any other
+    return kept
+
+
+def _one_at_a_time(cloud: Cloud, node_groups: list[str], running: Minor) -> dict[str, str | None]:
+    """Which node groups wait while they follow a move of EKS's: one group moves at a time, the
+    system group first (what the others need runs there), then the GPU pools by name. A group
+    whose spec names the running minor already is on its way and is never called back; a group
+    whose version is not reported (status lost for a moment) waits and is not taken for one
+    that moves. Returns key -> the version each waiting group's spec keeps."""
+    order = sorted(node_groups, key=lambda key: (key != SYSTEM_GROUP, key))
+    held: dict[str, str | None] = {}
+    moving = False
+    for key in order:
+        seen = cloud.observed(key)
+        if seen is None:
+            continue  # created at the running minor
+        reported = minor(seen.at_provider("version"))
+        if reported == running:
+            continue
+        spec = seen.get("spec", "forProvider", "version")
+        if minor(spec) == running:
+            moving = True  # on its way
+            continue
+        held[key] = spec if isinstance(spec, str) else None
+    if not moving:
+        for key in order:
+            if key in held and minor(cloud.observed(key).at_provider("version")) is not None:
+                del held[key]  # its turn
+                break
+    return held
 
 
 def _control_plane(
     cloud: Cloud, asked: str, previous: str | None, running: Minor, settled: bool
 ) -> str:
     """The next minor once everything runs this one; never back, never two at once."""
-    at_running = previous if previous and minor(previous) == running else text(running)
+    kept = at_running(previous, running)
     wanted = minor(asked)
     where = f"spec.cluster.eks.kubernetesVersion {asked!r}"
     step = (running[0], running[1] + 1)
@@ -59,12 +150,12 @@ def _control_plane(
         if wanted is not None:
             why = f"is lower than the {text(running)} the control plane runs; EKS cannot downgrade"
         cloud.warn(f"{where} {why}", "InvalidVersion")
-        return at_running
+        return kept
     if wanted == running:
         return asked
     if settled:
         return asked if step == wanted else text(step)
-    return at_running
+    return kept
 
 
 def _reports(cloud: Cloud, key: str, version: Minor) -> bool:

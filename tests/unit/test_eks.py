@@ -1175,3 +1175,108 @@ def test_the_aws_node_observer_waits_for_the_add_on_to_report_and_keeps_its_mark
     )
     again = compose_cluster(xr, all_classes(classes), seen)
     assert again.resources["aws-node-daemonset"].body["metadata"]["annotations"] == mark
+
+
+# --- upgrades EKS makes itself -------------------------------------------------------------------
+
+MOVED = "modelplane.ai/upgraded-by-eks"
+
+
+def moved_by_eks(xr: dict, classes: list[dict], to: str, world: World | None = None):
+    """Converge, let EKS move the control plane to `to` by itself (the Cluster reports it while
+    its spec names the old minor, as at the end of standard support), then reconcile the same
+    spec until nothing changes. Returns each pass's version changes, the Cluster's mark and the
+    reasons of its Warnings, and the last composition."""
+    out = converge(xr, classes, world)
+    seen = reported(out, world)
+    seen.resources["cluster"].body["status"]["atProvider"]["version"] = to
+    passes = []
+    for _ in range(12):
+        again = compose_cluster(xr, all_classes(classes), seen)
+        before, after = versions(out), versions(again)
+        moved = {k: after[k] for k in after if before.get(k) != after[k]}
+        mark = again.resources["cluster"].body["metadata"].get("annotations", {}).get(MOVED)
+        warned = sorted({r.reason for r in again.results if r.severity == "Warning"})
+        if not moved and again.resources == out.resources:
+            return passes, again
+        passes.append((moved, mark, warned))
+        out, seen = again, reported(again, world)
+    raise AssertionError("no convergence")
+
+
+def test_after_eks_moves_the_control_plane_the_node_groups_follow_one_at_a_time():
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.34"
+    passes, final = moved_by_eks(xr, classes, "1.35")
+    said = ["ClusterUpgradedByCloud"]
+    assert passes == [
+        # The spec follows what runs (EKS cannot go back); the system group goes first.
+        ({"cluster": "1.35", "system-nodegroup": "1.35"}, "1.35", said),
+        ({"nodegroup-gpu-l4": "1.35"}, "1.35", said),
+        ({"nodegroup-gpu-l40s": "1.35"}, "1.35", said),
+        # Once every group runs it, the add-ons follow, as after a step the spec asks for.
+        (
+            {"addon-coredns": "v1.14.3-eksbuild.3", "addon-kube-proxy": "v1.35.3-eksbuild.13"},
+            "1.35",
+            said,
+        ),
+    ]
+    warning = next(r.message for r in final.results if r.reason == "ClusterUpgradedByCloud")
+    assert warning.startswith("EKS moved the control plane to 1.35, beyond the '1.34'")
+    assert "3 of 3 run 1.35" in warning and "set kubernetesVersion to 1.35" in warning
+    # The spec set to what runs: the mark goes, and nothing else moves or is said.
+    caught_up = copy.deepcopy(xr)
+    caught_up["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.35"
+    after = compose_cluster(caught_up, all_classes(classes), reported(final))
+    assert MOVED not in after.resources["cluster"].body["metadata"].get("annotations", {})
+    assert versions(after) == versions(final)
+    assert not [r for r in after.results if r.severity == "Warning"]
+
+
+def test_a_capacity_block_group_follows_eks_drained_to_zero_after_the_system_group():
+    xr, classes = example("eks")
+    world = World(capacity_reservations={RESERVATION: MATCHING})
+    ends = datetime(2026, 12, 10, tzinfo=UTC)  # the block runs
+    with clock.fixed(ends):
+        passes, final = moved_by_eks(xr, classes, "1.37", world)
+    moved = [p[0] for p in passes if p[0]]
+    assert moved == [
+        {"cluster": "1.37", "system-nodegroup": "1.37"},
+        {"nodegroup-gpu-h200": "1.37"},
+    ]
+    body = final.resources["nodegroup-gpu-h200"].body
+    assert body["spec"]["forProvider"]["version"] == "1.37"
+    # It was drained before its version moved (EKS guide), and is back at its size.
+    drained = [p for p in passes if "CapacityBlockUpgrade" in p[2]]
+    assert drained and all(p[0].get("nodegroup-gpu-h200") is None for p in drained)
+    assert "modelplane.ai/restore-desired-size" not in body["metadata"].get("annotations", {})
+
+
+def test_a_group_on_its_way_is_never_called_back_and_the_next_waits_for_it():
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.34"
+    seen = reported(converge(xr, classes))
+    seen.resources["cluster"].body["status"]["atProvider"]["version"] = "1.35"
+    # A group of an earlier release's follow (all at once) already asks for 1.35, still at 1.34.
+    on_its_way = seen.resources["nodegroup-gpu-l40s"].body
+    on_its_way["spec"]["forProvider"]["version"] = "1.35"
+    again = compose_cluster(xr, all_classes(classes), seen)
+    assert versions(again)["nodegroup-gpu-l40s"] == "1.35"
+    assert versions(again)["system-nodegroup"] == "1.34"
+    assert versions(again)["nodegroup-gpu-l4"] == "1.34"
+    # Its status lost for a moment: nothing moves, and the mark stays.
+    seen = reported(again, drop_status=("cluster",))
+    lost = compose_cluster(xr, all_classes(classes), seen)
+    assert versions(lost) == versions(again)
+    assert lost.resources["cluster"].body["metadata"]["annotations"][MOVED] == "1.35"
+
+
+def test_a_spec_lowered_below_what_runs_is_not_taken_for_a_move_of_eks():
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes)
+    lowered = copy.deepcopy(xr)
+    lowered["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.35"
+    again = compose_cluster(lowered, all_classes(classes), reported(out))
+    reasons = {r.reason for r in again.results if r.severity == "Warning"}
+    assert "InvalidVersion" in reasons and "ClusterUpgradedByCloud" not in reasons
+    assert MOVED not in again.resources["cluster"].body["metadata"].get("annotations", {})
