@@ -718,7 +718,7 @@ class EKSCluster:
         block: str = BLOCK_UNKNOWN,
     ) -> None:
         # The control plane's version once it reports one (eks_upgrade), else the one set before;
-        # while the groups follow a move of EKS's, the ones whose turn has not come keep theirs.
+        # while the groups follow it one at a time, the ones whose turn has not come keep theirs.
         seen = self.cloud.observed(key)
         if key in self.versions.held:
             version = self.versions.held[key]

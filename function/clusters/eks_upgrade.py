@@ -5,8 +5,9 @@ minor at a time (EKS User Guide, update-cluster.md), and nothing follows by itse
 keeps the version it was created with (provider-upjet-aws v2.6.0 never late-initialises NodeGroup
 `version`, config/namespaced/eks/config.go) and an add-on the version the provider
 late-initialised into its spec. So the function moves them in the order the guide gives: the
-control plane; once it reports the new minor, every node group; once every node group reports
-it, the add-ons whose version follows Kubernetes; and only then the next minor.
+control plane; once it reports the new minor, the node groups one at a time (the system group
+first, then the GPU pools by name, each once the one before reports the minor); once every node
+group reports it, the add-ons whose version follows Kubernetes; and only then the next minor.
 
 EKS also moves a control plane itself: a cluster on standard support (the function sets
 `upgradePolicy.supportType: STANDARD`) is upgraded to the next minor at the end of its minor's
@@ -39,8 +40,8 @@ class Plan:
     addons: dict[str, str] = field(default_factory=dict)
     # The minor EKS moved the control plane to by itself (the Cluster's MOVED_BY_CLOUD), if so.
     moved_by_cloud: str | None = None
-    # Node groups that wait for their turn while they follow EKS's move: key -> the version
-    # their spec keeps (None: none set).
+    # Node groups that wait for their turn while they follow the control plane's minor (a step
+    # the spec asks for, or EKS's move): key -> the version their spec keeps (None: none set).
     held: dict[str, str | None] = field(default_factory=dict)
 
 
@@ -57,7 +58,8 @@ def plan(cloud: Cloud, asked: str, node_groups: list[str]) -> Plan:
         return Plan(previous or asked, None, _kept_addons(cloud), moved)
     nodes_there = all(_reports(cloud, key, running) for key in node_groups)
     moved = _moved_by_cloud(cloud, asked, previous, running, nodes_there)
-    held = _one_at_a_time(cloud, node_groups, running) if moved else {}
+    # A step the spec asks for and a move of EKS's alike: the node groups follow one at a time.
+    held = {} if nodes_there else _one_at_a_time(cloud, node_groups, running)
     addons = _addons(cloud, running, nodes_there)
     settled = nodes_there and all(
         _observed_addon(cloud, addon, "status", "atProvider") == version
@@ -106,7 +108,7 @@ def _moved_by_cloud(
 
 
 def _one_at_a_time(cloud: Cloud, node_groups: list[str], running: Minor) -> dict[str, str | None]:
-    """Which node groups wait while they follow a move of EKS's: one group moves at a time, the
+    """Which node groups wait while they follow the control plane: one group moves at a time, the
     system group first (what the others need runs there), then the GPU pools by name. A group
     whose spec names the running minor already is on its way and is never called back; a group
     whose version is not reported (status lost for a moment) waits and is not taken for one

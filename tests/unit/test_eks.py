@@ -558,13 +558,16 @@ def upgrade(xr: dict, classes: list[dict], to: str, world: World | None = None):
 
 
 def test_a_version_bump_moves_the_control_plane_then_the_node_groups_then_the_addons():
+    """The node groups one at a time, as when EKS moves the control plane: the system group
+    first, then the GPU pools by name."""
     xr, classes = example("eks-on-demand")
     xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.34"
     steps, final = upgrade(xr, classes, "1.35")
-    groups = {"system-nodegroup", "nodegroup-gpu-l4", "nodegroup-gpu-l40s"}
     assert steps == [
         {"cluster": "1.35"},
-        dict.fromkeys(sorted(groups), "1.35"),
+        {"system-nodegroup": "1.35"},
+        {"nodegroup-gpu-l4": "1.35"},
+        {"nodegroup-gpu-l40s": "1.35"},
         {"addon-coredns": "v1.14.3-eksbuild.3", "addon-kube-proxy": "v1.35.3-eksbuild.13"},
     ]
     assert not [r for r in final.results if r.severity == "Warning"]
@@ -614,14 +617,12 @@ def test_raising_each_eks_examples_version_moves_exactly_the_control_plane_then_
     groups = sorted(
         k for k in final.resources if k == "system-nodegroup" or k.startswith("nodegroup-")
     )
-    # 1.37 is not in the add-on table: the add-ons keep EKS's versions. A Capacity Block group
-    # with nodes is drained first, so it follows one pass later.
-    blocks = [g for g in groups if g == "nodegroup-gpu-h200"]
-    others = [g for g in groups if g not in blocks]
-    expected = [{"cluster": "1.37"}, dict.fromkeys(others, "1.37")]
-    if blocks:
-        expected.append(dict.fromkeys(blocks, "1.37"))
-    assert [s for s in steps if s] == expected  # passes that move only sizes are left out
+    # 1.37 is not in the add-on table: the add-ons keep EKS's versions. The groups one at a
+    # time, the system group first; a Capacity Block group with nodes is drained first, in
+    # passes that move only sizes (left out here), while the others wait their turn.
+    order = sorted(groups, key=lambda g: (g != "system-nodegroup", g))
+    expected = [{"cluster": "1.37"}, *({g: "1.37"} for g in order)]
+    assert [s for s in steps if s] == expected
 
 
 def test_a_capacity_block_group_is_scaled_to_zero_upgraded_and_restored():
