@@ -716,6 +716,7 @@ class EKSCluster:
         capacity_block: bool = False,
         desired: int | None = None,
         block: str = BLOCK_UNKNOWN,
+        gpu: bool = False,
     ) -> None:
         # The control plane's version once it reports one (eks_upgrade), else the one set before;
         # while the groups follow it one at a time, the ones whose turn has not come keep theirs.
@@ -733,11 +734,13 @@ class EKSCluster:
             )
         minimum, maximum, initial = size
         update: dict = {"maxUnavailable": 1}
-        if capacity_block:
-            # The reservation holds exactly the block's instances: the default rolling update
-            # launches a new node before it removes an old one, which the block cannot give.
-            # MINIMAL removes first (UpdateNodegroupConfig updateStrategy, for constrained GPU
-            # capacity), so a version or launch template rollout stays within the reservation.
+        if capacity_block or gpu:
+            # The default rolling update launches new nodes before it removes old ones (up to two
+            # a zone beyond the group's size): a Capacity Block holds exactly its instances, and
+            # on-demand GPU instances are often not to be had (InsufficientInstanceCapacity, the
+            # update fails after retries and is sent again). MINIMAL removes first
+            # (UpdateNodegroupConfig updateStrategy, for constrained GPU capacity), so a version
+            # or launch template rollout needs no capacity beyond the group's own.
             update["updateStrategy"] = "MINIMAL"
         spec = {
             "clusterNameRef": {"name": self.cluster_name},
@@ -945,6 +948,7 @@ class EKSCluster:
                 capacity_block=bool(capacity_block),
                 desired=desired,
                 block=block,
+                gpu=True,
             )
 
         if not self.nodes_may_join(key):
