@@ -33,7 +33,8 @@ from tests.strategies import clusters
 from tests.unit import sim
 
 DRAWN = int(os.environ.get("UPGRADE_DRAWN", "100"))
-EXAMPLES = sorted(p.name for p in (ROOT / "examples").iterdir() if p.is_dir())
+# Every folder of examples/ with an InferenceCluster (quickstart/ and smoke/ hold other manifests).
+EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/inferencecluster.yaml"))
 SCHEMAS = {
     "inference-gateway-kind": True,
     "model-replicas-kind": True,

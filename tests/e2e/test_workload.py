@@ -615,6 +615,71 @@ def test_every_gpu_node_s_gpus_are_claimed_by_its_pool_probe(installed: Installe
         assert f"{pool}: {len(nodes_)} of {len(nodes_)} nodes, {gpus} GPUs" in published["message"]
 
 
+# The smoke test's manifests (docs/smoke-test.md), applied to the workload cluster in this order.
+SMOKE = EXAMPLES / "smoke" / "workload"
+SMOKE_FILES = ("namespace.yaml", "gpu-claim.yaml", "server.yaml", "route.yaml")
+SMOKE_CLUSTERS = ("gke", "eks", "aks", "existing-dynamo")  # the first that converged
+
+
+def test_the_smoke_test_s_server_claims_a_gpu_and_its_route_is_admitted(installs):
+    """What a simulated node can show of docs/smoke-test.md, on a converged cluster: its manifests
+    admitted by the real API server as a user applies them (strict fields; the DRA API at
+    resource.k8s.io/v1, the Gateway API CRDs the Envoy Gateway release installed), the server's pod
+    placed by the real kube-scheduler on a GPU node, and its claim allocated one GPU of that node's
+    ResourceSlice (not admin access, unlike the probes'). Not shown here: the route Accepted (no
+    Envoy Gateway runs, and no InferenceGateway opens the gateway), vLLM answering, the TLS
+    handshake (docs/testing.md)."""
+    state = next(
+        (installs[n] for n in SMOKE_CLUSTERS if n in installs and installs[n].failure is None),
+        None,
+    )
+    if state is None:
+        pytest.fail(f"none of {SMOKE_CLUSTERS} converged")
+    wl = state.cluster.kube
+    docs = [d for f in SMOKE_FILES for d in yaml.safe_load_all((SMOKE / f).read_text()) if d]
+    try:
+        for doc in docs:
+            wl.apply(doc)
+            if doc["kind"] == "Namespace":
+                wait_for(
+                    lambda: wl.get_or_none("v1", "ServiceAccount", "default", "smoke"),
+                    timeout=60,
+                    what="the smoke namespace's default service account",
+                )
+        assert wl.get("resource.k8s.io/v1", "ResourceClaimTemplate", "one-gpu", "smoke")
+        route = wl.get("gateway.networking.k8s.io/v1", "HTTPRoute", "smoke-llm", "smoke")
+        assert route["spec"]["parentRefs"][0]["name"] == "inference-gateway"
+
+        def placed() -> dict | None:
+            pods = wl.list("v1", "Pod", "smoke", label_selector="app=smoke-llm")
+            ok = [p for p in pods if condition(p, "Ready").get("status") == "True"]
+            return ok[0] if ok else None
+
+        pod = wait_for(
+            placed,
+            timeout=120,
+            what="the smoke server's pod scheduled and Ready (kwok)",
+            describe=lambda: str(wl.list("v1", "Pod", "smoke")),
+        )
+        node = pod["spec"]["nodeName"]
+        assert node in state.stand_ins.gpu_nodes, (node, state.stand_ins.report())
+        (status,) = pod["status"]["resourceClaimStatuses"]
+        claim = wl.get("resource.k8s.io/v1", "ResourceClaim", status["resourceClaimName"], "smoke")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == ("gpu.nvidia.com", node), result
+        assert not result.get("adminAccess"), result
+        (slice_,) = [
+            s
+            for s in wl.list("resource.k8s.io/v1", "ResourceSlice")
+            if s["spec"].get("driver") == "gpu.nvidia.com" and s["spec"].get("nodeName") == node
+        ]
+        assert result["device"] in {d["name"] for d in slice_["spec"]["devices"]}
+        reserved = claim["status"]["reservedFor"]
+        assert [r["name"] for r in reserved] == [pod["metadata"]["name"]]
+    finally:
+        wl.delete("v1", "Namespace", "smoke")
+
+
 def test_what_another_release_installed_is_adopted_not_installed_beside(installs):
     """cert-manager (found by its CRD) and node-feature-discovery (by its worker DaemonSet,
     through the real provider-kubernetes' ObservedObjectCollection) are adopted: the function

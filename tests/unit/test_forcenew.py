@@ -298,7 +298,9 @@ def test_every_composed_cloud_kind_is_classified():
     assert not NOTHING_FROZEN & set(forcenew.FORCE_NEW)
 
 
-@pytest.mark.parametrize("source", sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir()))
+@pytest.mark.parametrize(
+    "source", sorted(p.parent.name for p in EXAMPLES.glob("*/inferencecluster.yaml"))
+)
 def test_every_shared_body_comes_with_its_frozen_fields(source):
     """keep_live reads a shared body (made once a cluster: the stack's, Usages, probes,
     detectors, a cloud's parts) only when it comes with frozen fields: that is only right while
