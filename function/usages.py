@@ -4,9 +4,15 @@
   GatewayClass before the Envoy Gateway release, Certificates and Issuers before cert-manager,
   Queues before the KAI Scheduler. A component outlives what it `watches`: the Gateway goes
   before the watch on its Service, which waits for the cloud's load balancer to be gone.
-- The cluster outlives the stack: its kubeconfig's writer is used by every stack component that
-  comes after nothing, and through the chain above by every other one, so the stack uninstalls
-  (and its load balancer goes) while the API server is still there.
+- The cluster outlives the stack: its kubeconfig's writer (the anchor) is used by the two
+  ClusterProviderConfigs every stack resource authenticates through, and each ProviderConfig is
+  kept by its provider until every managed resource using it is gone (crossplane-runtime's
+  providerconfig.Reconciler: "Blocking deletion while usages still exist", counting the
+  ProviderConfigUsages each Object and Release records in Connect, before it ever holds a
+  finalizer or creates anything). So the stack uninstalls (and its load balancer goes) while the
+  API server is still there, with two Usages instead of one per stack component that comes after
+  nothing. Without both ProviderConfigs composed, the anchor is used by those components
+  directly, as before.
 - While ModelReplicas, ModelRoutes or ModelCaches labelled modelplane.ai/cluster=<name> exist,
   a ClusterUsage keeps the InferenceCluster itself from being deleted, naming what still runs.
 
@@ -19,7 +25,7 @@ from typing import NamedTuple
 
 from function import names
 from function.caches import USAGES
-from function.clusters.base import as_desired
+from function.clusters.base import PROVIDER_CONFIG_KEYS, as_desired
 from function.inputs import Inputs
 from function.output import Desired, Requirement
 from function.serving.components import RESOURCE_KEYS, Component
@@ -58,10 +64,21 @@ def edges(
     """The deletion order between composed resources, as of/by pairs of resource keys."""
     out = []
     roots = [(a, "") if isinstance(a, str) else a for a in anchors]
+    # Every stack resource uses the ProviderConfigs, which their providers keep while it exists:
+    # the anchor that outlives them outlives the whole stack.
+    held = all(k in desired for k in PROVIDER_CONFIG_KEYS)
+    if held:
+        out += [
+            Edge(of, config, named)
+            for of, named in roots
+            if of in desired
+            for config in PROVIDER_CONFIG_KEYS
+        ]
     for c in components:
         if c.resource_key not in desired:
             continue
-        ofs = [(RESOURCE_KEYS[d], "") for d in c.after] if c.after else roots
+        # A component that comes after nothing is kept by the ProviderConfigs it uses.
+        ofs = [(RESOURCE_KEYS[d], "") for d in c.after] or ([] if held else roots)
         out += [Edge(of, c.resource_key, named) for of, named in ofs if of in desired]
         watched = [RESOURCE_KEYS[w] for w in c.watches]
         out += [Edge(c.resource_key, by) for by in watched if by in desired]

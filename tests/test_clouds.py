@@ -64,12 +64,9 @@ def load(name: str) -> tuple[dict, list[dict]]:
 
 
 def node_role_usages(group: str) -> set[str]:
-    """The Usages by which the EKS node role, the vpc-cni role (aws-node runs on the nodes) and
-    their attachments outlive a node group, and the node group the cluster's kubeconfig writer
-    (and so the stack)."""
-    of = ["iam-role-node", *(f"iam-attach-node-{p}" for p in ("worker", "ecr-pull"))]
-    of += ["iam-role-vpc-cni", "iam-attach-vpc-cni-cni"]
-    return {f"usage-{o}-by-{group}" for o in of} | {f"usage-{group}-by-cluster-auth"}
+    """The Usage by which the node group outlives the cluster's kubeconfig writer (and so the
+    stack). The node and vpc-cni roles outlive it through the cluster, whose Usages stay."""
+    return {f"usage-{group}-by-cluster-auth"}
 
 
 # Example -> (pool to drop, the composed keys that are that pool's own).

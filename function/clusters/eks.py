@@ -531,11 +531,15 @@ class EKSCluster:
         load balancer watch waits for ever and the NAT gateways, EIPs, EFS and control plane keep
         billing. The node role outlives the node groups; each Pod Identity role outlives its
         association and what runs with it (the nodes aws-node runs on, the EFS CSI add-on, the
-        cluster-autoscaler release)."""
+        cluster-autoscaler release). What the node groups need outlives the cluster, which EKS
+        keeps until its last node group is gone (DeleteCluster: "If you have managed node groups
+        ... you must delete them first"; terraform-provider-aws resourceClusterDelete retries only
+        an operation "in progress", so the provider reports the refusal and tries again): one
+        Usage by the cluster instead of one by each node group."""
         users = {
             "cluster": ["cluster", GATEWAY_LOAD_BALANCER],
-            "node": sorted(node_groups),
-            "vpc-cni": ["pod-identity-vpc-cni", *sorted(node_groups)],
+            "node": ["cluster"],
+            "vpc-cni": ["pod-identity-vpc-cni", "cluster"],
             "efs-csi": ["pod-identity-efs-csi", "addon-aws-efs-csi-driver"],
             "cluster-autoscaler": [
                 "pod-identity-cluster-autoscaler",

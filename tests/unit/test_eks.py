@@ -968,9 +968,10 @@ def test_a_new_cluster_gives_the_cni_policy_to_aws_node_and_nodes_only_pull():
     }
     assert "addon-eks-pod-identity-agent" in out.resources
     assert "aws-node-daemonset" not in out.resources
-    # The role outlives the association and the nodes aws-node runs on.
+    # The role outlives the association and the nodes aws-node runs on (through the cluster,
+    # which EKS keeps until its node groups are gone).
     assert "usage-iam-role-vpc-cni-by-pod-identity-vpc-cni" in out.resources
-    assert "usage-iam-attach-vpc-cni-cni-by-system-nodegroup" in out.resources
+    assert "usage-iam-attach-vpc-cni-cni-by-cluster" in out.resources
 
 
 def test_a_new_cluster_enforces_network_policy_from_its_first_add_on():

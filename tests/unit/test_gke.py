@@ -190,9 +190,9 @@ def test_a_keyless_gcp_provider_config_makes_no_key_and_the_providers_use_their_
     assert not [k for k in out.resources if k.startswith("access-")]
     for key in ("provider-config-helm", "provider-config-kubernetes"):
         assert out.resources[key].body["spec"]["identity"] == INJECTED
-    # The stack uninstalls through the cluster itself.
+    # The stack uninstalls through the cluster itself, which outlives both ProviderConfigs.
     usages = {k for k in out.resources if k.startswith("usage-")}
-    assert "usage-cluster-by-release-cert-manager" in usages
+    assert "usage-cluster-by-provider-config-helm" in usages
     assert not [u for u in usages if "access" in u]
 
 
@@ -260,16 +260,17 @@ def test_provider_configs_made_with_another_identity_keep_it_until_the_key_is_re
 def test_the_key_outlives_the_stack_and_the_cluster_and_grant_outlive_the_key():
     _, _, out = converge()
     usages = {k for k in out.resources if k.startswith("usage-")}
-    assert "usage-access-key-by-release-cert-manager" in usages
+    assert "usage-access-key-by-provider-config-helm" in usages
     assert {"usage-cluster-by-access-key", "usage-access-iam-member-0-by-access-key"} <= usages
-    assert not [u for u in usages if u.startswith("usage-cluster-by-release")]
+    assert not [u for u in usages if u.startswith("usage-cluster-by-provider-config")]
 
 
 # --- the access key's rotation -------------------------------------------------------------------
 
 XR = "gke-us-central"
 DAY0 = datetime(2026, 1, 5, 9, tzinfo=UTC)
-STACK = "release-cert-manager"  # a component that comes after nothing: it uses the anchor
+# The ProviderConfigs use the anchor (every stack resource uses them: function/usages.py).
+STACK = "provider-config-helm"
 
 
 def secret(generation: int) -> str:

@@ -123,9 +123,36 @@ def test_the_deletion_order_holds(of, by):
     assert outlives(order(out), of, by), f"{of} does not outlive {by}"
 
 
-def test_the_cluster_and_its_kubeconfig_outlive_every_stack_component():
-    _, out = converged("eks", world=CAPACITY)
+def held_by_providers(out) -> set[tuple[str, str]]:
+    """(ProviderConfig, user) keys: each provider keeps the ClusterProviderConfig a managed
+    resource of it names until that resource is gone (crossplane-runtime's
+    providerconfig.Reconciler, counting the ProviderConfigUsage each one records in Connect)."""
+    configs = {
+        (d.body["apiVersion"].split("/")[0], d.body["metadata"]["name"]): k
+        for k, d in out.resources.items()
+        if d.body["kind"] == "ClusterProviderConfig"
+    }
+    pairs = set()
+    for key, d in out.resources.items():
+        ref = d.body.get("spec", {}).get("providerConfigRef") or {}
+        group = d.body["apiVersion"].split("/")[0]
+        if ref.get("kind") == "ClusterProviderConfig" and (group, ref.get("name")) in configs:
+            pairs.add((configs[(group, ref["name"])], key))
+    return pairs
+
+
+@pytest.mark.parametrize(
+    ("name", "world"),
+    [("eks", CAPACITY), ("gke", None), ("aks", None), ("nebius", None), ("vultr", None)],
+)
+def test_the_cluster_and_its_kubeconfig_outlive_every_stack_component(name, world):
+    """Through the two ProviderConfigs: the kubeconfig's writer outlives both (a Usage each), and
+    each provider keeps its ProviderConfig while any of its resources exists, so no stack
+    component needs a Usage of its own on the cluster."""
+    _, out = converged(name, world=world)
     pairs = order(out)
+    anchor = "cluster-auth" if name == "eks" else "cluster"
+    held = held_by_providers(out)
     stack = [
         k
         for k, d in out.resources.items()
@@ -134,10 +161,44 @@ def test_the_cluster_and_its_kubeconfig_outlive_every_stack_component():
     ]
     assert stack
     for key in stack:
-        assert outlives(pairs, "cluster-auth", key), key
-        assert outlives(pairs, "cluster", key), key
-    # What a cloud installs with its cluster dies with it (orphaned), waiting for nothing; only
-    # the IAM identity it acts with outlives it.
+        # Every stack component reaches the cluster through a composed ProviderConfig ...
+        assert any(by == key for _, by in held), key
+        # ... which the anchor, and the cluster, outlive; and no Usage ties it to either.
+        assert outlives(pairs | held, anchor, key), key
+        assert outlives(pairs | held, "cluster", key), key
+        assert (anchor, key) not in pairs
+    if name == "gke":
+        anchor = "access-key"
+    assert {(of, by) for of, by in pairs if by.startswith("provider-config-")} == {
+        (anchor, "provider-config-kubernetes"),
+        (anchor, "provider-config-helm"),
+    }
+
+
+def test_without_both_provider_configs_the_anchor_keeps_each_first_component_itself():
+    """The order leans on the ProviderConfigs only when both are composed in the same reconcile;
+    otherwise every component that comes after nothing is kept by the anchor, as it always was."""
+    root = Component("cert-manager", lambda _ctx: {}, chart=True)
+    release = Desired({"apiVersion": "helm.m.crossplane.io/v1beta1", "kind": "Release"})
+    anchor = Desired({"apiVersion": "eks.aws.m.upbound.io/v1beta1", "kind": "ClusterAuth"})
+    config = Desired({"apiVersion": "kubernetes.m.crossplane.io/v1alpha1", "kind": "X"})
+    desired = {"cluster-auth": anchor, root.resource_key: release}
+    alone = usages_.edges(
+        [root], {**desired, "provider-config-kubernetes": config}, ("cluster-auth",)
+    )
+    assert alone == [usages_.Edge("cluster-auth", root.resource_key)]
+    both = {**desired, "provider-config-kubernetes": config, "provider-config-helm": config}
+    assert usages_.edges([root], both, ("cluster-auth",)) == [
+        usages_.Edge("cluster-auth", "provider-config-kubernetes"),
+        usages_.Edge("cluster-auth", "provider-config-helm"),
+    ]
+
+
+def test_what_a_cloud_installs_with_its_cluster_waits_for_nothing_but_its_identity():
+    """What a cloud installs with its cluster dies with it (orphaned), waiting for nothing; only
+    the IAM identity it acts with outlives it."""
+    _, out = converged("eks", world=CAPACITY)
+    pairs = order(out)
     assert {of for of, by in pairs if by == "release-cluster-autoscaler"} == {
         "iam-role-cluster-autoscaler",
         "iam-policy-cluster-autoscaler",
@@ -150,12 +211,15 @@ def test_every_eks_identity_outlives_what_acts_with_it():
     """The cluster role deletes the gateway's load balancer (the in-tree cloud provider), so it
     and its policy attachment outlive the cluster and the load balancer watch; the node role the
     node groups; each Pod Identity role its association and what runs with it (aws-node's the
-    node groups)."""
+    node groups). What the node groups need is kept by the cluster alone, which EKS keeps until
+    its last node group is gone (EKS_KEEPS below)."""
     _, out = converged("eks", world=CAPACITY)
     pairs = order(out)
     keys = set(out.resources)
     node_groups = {k for k in keys if k == "system-nodegroup" or k.startswith("nodegroup-")}
     assert len(node_groups) >= 2
+    # EKS refuses to delete a cluster that still has node groups (DeleteCluster).
+    eks_keeps = {("cluster", group) for group in node_groups}
     users = {
         ("iam-role-cluster", "iam-attach-cluster-eks"): {"cluster", "gateway-load-balancer"},
         (
@@ -179,13 +243,18 @@ def test_every_eks_identity_outlives_what_acts_with_it():
             assert identity in keys
             for user in by:
                 assert user in keys, user
-                assert (identity, user) in pairs, (identity, user)
+                assert outlives(pairs | eks_keeps, identity, user), (identity, user)
+    # One Usage by the cluster, none by a node group.
+    for identity in ("iam-role-node", "iam-attach-node-worker", "iam-attach-vpc-cni-cni"):
+        assert (identity, "cluster") in pairs
+        assert not {(identity, group) for group in node_groups} & pairs
     # And so, through the chain, the cluster role outlives the whole stack on the cluster; and
     # the nodes outlive the stack, whose controllers clear their finalizers as it uninstalls.
-    assert outlives(pairs, "iam-role-cluster", "release-envoy-gateway")
+    held = held_by_providers(out)
+    assert outlives(pairs | held, "iam-role-cluster", "release-envoy-gateway")
     for group in node_groups:
         assert (group, "cluster-auth") in pairs
-        assert outlives(pairs, group, "release-envoy-gateway")
+        assert outlives(pairs | held, group, "release-envoy-gateway")
 
 
 def replica(name: str, namespace: str = "team-a") -> dict:
@@ -248,7 +317,7 @@ def test_consumer_kinds_not_installed_are_never_listed():
 )
 def test_the_cloud_load_balancer_is_gone_before_the_cluster_and_its_network(name, world):
     _, out = converged(name, world=world)
-    pairs = order(out)
+    pairs = order(out) | held_by_providers(out)
     watch = "gateway-load-balancer"
     # The Gateway goes first (Envoy Gateway stops remaking the Service), then the watch deletes
     # the Service and waits for its load balancer; Envoy Gateway and the cluster outlive it.
