@@ -217,6 +217,7 @@ def _aks_cluster(body: dict, world: World) -> dict:
         "oidcIssuerUrl": f"https://oidc.example/{digest(name)}/",
         "nodeResourceGroup": _for_provider(body).get("nodeResourceGroup"),
         "kubernetesVersion": _for_provider(body).get("kubernetesVersion"),
+        "automaticUpgradeChannel": _for_provider(body).get("automaticUpgradeChannel"),
         "defaultNodePool": {
             "orchestratorVersion": _for_provider(body)
             .get("defaultNodePool", {})
