@@ -34,7 +34,7 @@ def movers(members: list[Member], target: Minor) -> frozenset[str]:
     busy = False
     order = sorted(members, key=lambda m: (m.gpu, m.key))
     for m in order:
-        if not m.exists or (m.runs == target and m.ready):
+        if done(m, target):
             moving.add(m.key)
         elif target in (m.asked, m.runs):
             moving.add(m.key)
@@ -63,4 +63,6 @@ def say(cloud: Cloud, members: list[Member], target: Minor, moving: frozenset[st
 
 
 def done(m: Member, target: Minor) -> bool:
-    return not m.exists or (m.runs == target and m.ready)
+    """Not made yet (it is made at the control plane's version), or Ready on target (or on a
+    version its provider does not report: nothing says it lags)."""
+    return not m.exists or (m.ready and m.runs in (target, None))
