@@ -253,6 +253,14 @@ def _nebius_cluster(body: dict, world: World) -> dict:
     }
 
 
+def _nebius_node_group(body: dict, world: World) -> dict:
+    """mk8s reports the version a node group runs as <major>.<minor>.<patch>-nebius-node.<n>,
+    settled (no change in flight, no outdated node)."""
+    version = _for_provider(body).get("version", "")
+    status = {"version": f"{version}.1-nebius-node.3", "reconciling": False}
+    return {**_nebius("mk8snodegroup")(body, world), "status": status, "version": version}
+
+
 def _guid(*parts: str) -> str:
     raw = digest(*parts, length=32)
     return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
@@ -535,7 +543,7 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("vpc.nebius.m.upbound.io", "Network"): _nebius("vpcnetwork"),
     ("vpc.nebius.m.upbound.io", "Subnet"): _nebius("vpcsubnet"),
     ("mk8s.nebius.m.upbound.io", "Cluster"): _nebius_cluster,
-    ("mk8s.nebius.m.upbound.io", "NodeGroup"): _nebius("mk8snodegroup"),
+    ("mk8s.nebius.m.upbound.io", "NodeGroup"): _nebius_node_group,
     ("compute.nebius.m.upbound.io", "Filesystem"): _nebius("computefilesystem"),
     ("compute.nebius.m.upbound.io", "GpuCluster"): _nebius("computegpucluster"),
     ("vke.vultr.m.upbound.io", "Kubernetes"): _vke_cluster,
