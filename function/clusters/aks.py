@@ -350,8 +350,9 @@ class AKSCluster:
         return text(have)
 
     def lagging(self, have: Minor) -> bool:
-        """Whether the system pool or an observed agent pool runs another minor than have."""
-        return any(minor(version) != have for version in self.pool_versions())
+        """Whether the system pool or an observed agent pool reports another minor than have
+        (one that reports none yet was made at the control plane's version)."""
+        return any(v is not None and minor(v) != have for v in self.pool_versions())
 
     def channel_on(self) -> bool:
         seen = self.cloud.observed("cluster")
