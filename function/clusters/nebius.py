@@ -333,7 +333,8 @@ class NebiusCluster:
         members = []
         for key, gpu in keys:
             seen = c.observed(key)
-            state = (seen.at_provider("status") if seen else None) or {}
+            state = seen.at_provider("status") if seen else None
+            state = state if isinstance(state, dict) else {}
             settled = not state.get("reconciling") and not state.get("outdatedNodeCount")
             members.append(
                 rollout.Member(

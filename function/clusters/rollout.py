@@ -48,9 +48,9 @@ def movers(members: list[Member], target: Minor) -> frozenset[str]:
 
 def say(cloud: Cloud, members: list[Member], target: Minor, moving: frozenset[str]) -> None:
     """A Normal result naming the pool that moves and those that wait, while any lags."""
+    if not any(m.exists and m.runs not in (target, None) for m in members):
+        return  # none runs another minor (a pool only rolling its nodes is no step)
     lagging = [m for m in sorted(members, key=lambda m: (m.gpu, m.key)) if not done(m, target)]
-    if not lagging:
-        return
     now = [m.key for m in lagging if m.key in moving]
     later = [m.key for m in lagging if m.key not in moving]
     message = (

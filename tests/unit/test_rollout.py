@@ -1,8 +1,10 @@
 """Node pools follow their control plane's minor one at a time, GPU pools last."""
 
+from types import SimpleNamespace
+
 import pytest
 
-from function.clusters.rollout import Member, done, movers
+from function.clusters.rollout import Member, done, movers, say
 
 TARGET = (1, 36)
 OLD = (1, 35)
@@ -53,3 +55,13 @@ def test_a_ready_pool_whose_version_is_not_reported_lags_nothing():
 def test_a_pool_the_cloud_moved_itself_counts_as_there():
     moved = pool("system", gpu=False, asked=OLD, runs=TARGET)
     assert movers([moved, pool("a-gpu")], TARGET) == {"system", "a-gpu"}
+
+
+def test_nothing_is_said_while_every_pool_runs_the_minor_even_one_rolling_its_nodes():
+    told = SimpleNamespace(results=[])
+    rolling = pool("a-gpu", asked=TARGET, runs=TARGET, ready=False)
+    say(told, [rolling, pool("system", gpu=False, asked=TARGET, runs=TARGET)], TARGET, {"a-gpu"})
+    assert told.results == []
+    say(told, [rolling, pool("b-gpu")], TARGET, frozenset({"a-gpu"}))
+    assert [r.reason for r in told.results] == ["NodePoolsFollowing"]
+    assert "a-gpu now; then b-gpu" in told.results[0].message
