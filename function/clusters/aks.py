@@ -112,8 +112,10 @@ LOAD_BALANCER_ANNOTATIONS = (
 )
 SKU_TIER = "Standard"
 # Patches of the Kubernetes minor by AKS's own channel: with none (azurerm's default when
-# automaticUpgradeChannel is omitted) only a cluster upgrade moves a patch, and a patch AKS
-# withdraws leaves the cluster out of support 30 days later (AKS "Supported Kubernetes versions").
+# automaticUpgradeChannel is omitted) only a cluster upgrade moves a patch, and AKS supports only
+# a minor's latest stable patches (AKS "Supported Kubernetes versions"); setting the minor alias
+# again does not upgrade a patch either (the same page: "upgrading from 1.14.x to 1.14 won't
+# trigger an upgrade to the latest GA 1.14 patch").
 # `patch` moves the control plane, then each agent pool, to the minor's newest GA patch, and never
 # to another minor (AKS "Automatically upgrade an AKS cluster"); only inside the window below.
 # With a channel set AKS refuses a control plane upgrade without its pools (the same page,
