@@ -11,18 +11,17 @@ nvidia-peermem reloader (AKS installs the GPU driver, which does not load nvidia
 import uuid
 
 from function import kube, names, shapes
-from function.clusters import calendars
+from function.clusters import calendars, rollout
 from function.clusters.base import (
     GPU_TAINT,
     NO_LATE_INIT,
     SYSTEM_LABELS,
     SYSTEM_NODES,
     Cloud,
+    Minor,
     Pool,
     minor,
     pool_labels,
-    pool_version,
-    runs,
     scaling,
     text,
 )
@@ -112,6 +111,30 @@ LOAD_BALANCER_ANNOTATIONS = (
     ("service.beta.kubernetes.io/azure-load-balancer-tcp-idle-timeout", "30"),
 )
 SKU_TIER = "Standard"
+# Patches of the Kubernetes minor by AKS's own channel: with none (azurerm's default when
+# automaticUpgradeChannel is omitted) only a cluster upgrade moves a patch, and AKS supports only
+# a minor's latest stable patches (AKS "Supported Kubernetes versions"); setting the minor alias
+# again does not upgrade a patch either (the same page: "upgrading from 1.14.x to 1.14 won't
+# trigger an upgrade to the latest GA 1.14 patch").
+# `patch` moves the control plane, then each agent pool, to the minor's newest GA patch, and never
+# to another minor (AKS "Automatically upgrade an AKS cluster"); only inside the window below.
+# With a channel set AKS refuses a control plane upgrade without its pools (the same page,
+# "Cluster auto-upgrade limitations": NotAllAgentPoolOrchestratorVersionSpecifiedAndUnchanged),
+# and azurerm v4.80.0 upgrades the control plane alone (kubernetes_version is a PUT of the managed
+# cluster with its pools unchanged, the pools then through the agent pool API): so a minor step
+# the spec asks for turns the channel off first, and it comes back once every pool runs the minor.
+UPGRADE_CHANNEL = "patch"
+# Kubernetes patches on Saturday, node OS security patches on Sunday: never both in one night, and
+# 8 hours over the 4 AKS asks of an auto-upgrade window (the same page, "Use auto-upgrade with
+# Planned Maintenance").
+AUTO_UPGRADE_WINDOW = {
+    "frequency": "Weekly",
+    "interval": 1,
+    "dayOfWeek": "Saturday",
+    "startTime": "00:00",
+    "utcOffset": "+00:00",
+    "duration": 8,
+}
 NODE_OS_WINDOW = {
     "frequency": "Weekly",
     "interval": 1,
@@ -160,6 +183,7 @@ class AKSCluster:
         pools = c.pools("AKS", "aks")
         calendars.check(c, calendars.AKS, self.version)
         self.control_plane_version = self.step()
+        self.moving = self.rollout(pools)
         self.network()
         self.control_plane()
         self.subnet_role()
@@ -224,6 +248,8 @@ class AKSCluster:
                 "oidcIssuerEnabled": True,
                 "workloadIdentityEnabled": True,
                 "skuTier": SKU_TIER,
+                **self.channel(),
+                "maintenanceWindowAutoUpgrade": {**AUTO_UPGRADE_WINDOW},
                 "nodeOsUpgradeChannel": NODE_OS_UPGRADE_CHANNEL,
                 "maintenanceWindowNodeOs": {**NODE_OS_WINDOW},
                 "defaultNodePool": {
@@ -234,9 +260,7 @@ class AKSCluster:
                     "maxCount": SYSTEM_NODES[1],
                     "osDiskSizeGb": 100,
                     "temporaryNameForRotation": f"{SYSTEM_POOL}tmp",
-                    "orchestratorVersion": self.pool_version(
-                        "cluster", "defaultNodePool", "orchestratorVersion"
-                    ),
+                    "orchestratorVersion": self.pool_version(SYSTEM_POOL),
                     "vnetSubnetIdRef": {"name": c.name("nodes")},
                     "nodeLabels": SYSTEM_LABELS,
                 },
@@ -267,43 +291,90 @@ class AKSCluster:
         return version if isinstance(version, str) and version else None
 
     def step(self) -> str:
-        """The spec's version, or the next minor on the way to it. AKS cannot skip a minor
-        version (learn.microsoft.com/azure/aks/upgrade-aks-cluster), and its pools follow each
-        step, so the next one starts once every pool asks for the version the control plane
-        runs."""
-        seen = self.cloud.observed("cluster")
-        asked = seen.get("spec", "forProvider", "kubernetesVersion") if seen else None
+        """The minor the control plane asks for: the spec's, or the next one on the way to it.
+        AKS cannot skip a minor (learn.microsoft.com/azure/aks/upgrade-aks-cluster) and its
+        pools follow each step, so the next one starts once every pool runs the control plane's
+        minor and the patch channel is off (UPGRADE_CHANNEL says why). Only `1.NN`: AKS takes the
+        alias and runs its newest patch; within a minor the cluster asks for what the provider
+        reads back, so the patches AKS applies are never undone or fought."""
         running = self.running()
-        if running is None:  # not observed: hold what the control plane was asked for
-            return asked if isinstance(asked, str) and asked else self.version
-        want, have = minor(self.version), minor(running)
-        if want is None or have is None or want == have:
+        want = minor(self.version)
+        if running is None:
+            return self.unobserved()
+        have = minor(running)
+        if want is None or have is None:
             return self.version
+        holds = self.holds(have)
         if want < have:
-            return self.stays(running, asked)
-        if any(not runs(version, text(have)) for version in self.pool_versions()):
-            return asked if isinstance(asked, str) and runs(running, asked) else text(have)
+            self.cloud.warn(
+                f"spec.cluster.aks.kubernetesVersion {self.version} is older than the "
+                f"control plane's {running}: AKS moved the cluster past it (a platform-initiated "
+                "upgrade at the end of a version's support, pools included) or the spec was "
+                f"lowered, and AKS cannot downgrade a cluster, so it stays at {running}; set "
+                f"{text(have)} or newer",
+                reason="VersionDowngrade",
+            )
+            return holds
+        if want == have:
+            return holds
+        if self.lagging(have) or self.channel_on():
+            return holds
         step = (have[0], have[1] + 1)
-        if step == want:
-            return self.version
-        self.cloud.warn(
-            f"spec.cluster.aks.kubernetesVersion {self.version}: the control plane is at "
-            f"{running} and AKS upgrades one minor version at a time; upgrading to {text(step)} "
-            "first",
-            reason="UpgradingStepwise",
-        )
+        if step != want:
+            self.cloud.warn(
+                f"spec.cluster.aks.kubernetesVersion {self.version}: the control plane is at "
+                f"{running} and AKS upgrades one minor version at a time; upgrading to "
+                f"{text(step)} first",
+                reason="UpgradingStepwise",
+            )
         return text(step)
 
-    def stays(self, running: str, asked: object) -> str:
-        """What a control plane running a newer minor than the spec's asks for: what it runs.
-        AKS upgrades a cluster past its version's end of life itself (platform-initiated
-        upgrades, from 2027-06-01, pools included) and refuses any downgrade, so asking for the
-        spec's older version would fail every update of the cluster and its pools from then on.
-        """
-        where = f"spec.cluster.aks.kubernetesVersion {self.version}"
-        why = f"older than the control plane's {running}, and AKS cannot downgrade a cluster"
-        self.cloud.warn(f"{where} is {why}, so it stays at {running}", reason="VersionDowngrade")
-        return asked if isinstance(asked, str) and runs(running, asked) else running
+    def unobserved(self) -> str:
+        """Before the control plane reports a version (or while its status is lost): what it
+        was asked for, else at creation the spec's minor."""
+        seen = self.cloud.observed("cluster")
+        asked = seen.get("spec", "forProvider", "kubernetesVersion") if seen else None
+        if isinstance(asked, str) and asked:
+            return asked
+        want = minor(self.version)
+        return text(want) if want else self.version
+
+    def holds(self, have: Minor) -> str:
+        """What the control plane asks for within the minor it runs: what the provider reads
+        back (AKS's own patches included), else what it asked, else the minor."""
+        seen = self.cloud.observed("cluster")
+        for value in (
+            seen.at_provider("kubernetesVersion") if seen else None,
+            seen.get("spec", "forProvider", "kubernetesVersion") if seen else None,
+        ):
+            if isinstance(value, str) and minor(value) == have:
+                return value
+        return text(have)
+
+    def lagging(self, have: Minor) -> bool:
+        """Whether the system pool or an observed agent pool reports another minor than have
+        (one that reports none yet was made at the control plane's version)."""
+        return any(v is not None and minor(v) != have for v in self.pool_versions())
+
+    def channel_on(self) -> bool:
+        seen = self.cloud.observed("cluster")
+        return bool(seen and seen.at_provider("automaticUpgradeChannel") == UPGRADE_CHANNEL)
+
+    def channel(self) -> dict:
+        """The patch channel, except while a minor step is asked for or under way (the spec's
+        minor is not the control plane's, or a pool lags it): AKS refuses a control plane upgrade
+        without its pools while a channel is set. Omitted is none (azurerm)."""
+        running = self.running()
+        have, want = minor(running), minor(self.version)
+        seen = self.cloud.observed("cluster")
+        if seen is None:  # created on the channel
+            return {"automaticUpgradeChannel": UPGRADE_CHANNEL}
+        if running is None:  # its status lost for a moment: as it was asked
+            asked = seen.get("spec", "forProvider", "automaticUpgradeChannel")
+            return {"automaticUpgradeChannel": asked} if asked else {}
+        if have is None or (want is not None and want > have) or self.lagging(have):
+            return {}
+        return {"automaticUpgradeChannel": UPGRADE_CHANNEL}
 
     def pool_versions(self) -> list[str | None]:
         """What the system pool and each observed agent pool run, as the provider reports it."""
@@ -315,14 +386,68 @@ class AKSCluster:
                 out.append(pool.at_provider("orchestratorVersion"))
         return out
 
-    def pool_version(self, key: str, *field: str) -> str:
-        """Agent pools follow the control plane: AKS upgrades a pool only to a version its
-        control plane runs (learn.microsoft.com/azure/aks/upgrade-aks-cluster: the control
-        plane first, then the node pools), so each version the control plane is asked for
-        reaches them once the cluster reports it as current."""
+    def rollout(self, pools: list[Pool]) -> frozenset[str]:
+        """The pools that ask for the control plane's minor this reconcile (rollout.movers): the
+        system pool, then the agent pools one at a time, GPU pools last."""
+        have = minor(self.running())
+        if have is None:
+            return frozenset()
+        c = self.cloud
+        cluster = c.observed("cluster")
+        members = [
+            rollout.Member(
+                SYSTEM_POOL,
+                gpu=False,
+                exists=cluster is not None,
+                asked=minor(self.seen("cluster", "defaultNodePool")),
+                runs=minor(self.seen("cluster", "defaultNodePool", at=True)),
+                ready=c.is_ready("cluster"),
+            )
+        ]
+        for pool in pools:
+            key = f"nodepool-{pool.name}"
+            members.append(
+                rollout.Member(
+                    key,
+                    gpu=pool.shape.accelerator is not None,
+                    exists=c.observed(key) is not None,
+                    asked=minor(self.seen(key)),
+                    runs=minor(self.seen(key, at=True)),
+                    ready=c.is_ready(key),
+                )
+            )
+        moving = rollout.movers(members, have)
+        rollout.say(c, members, have, moving)
+        return moving
+
+    def seen(self, key: str, *path: str, at: bool = False) -> str | None:
+        """A pool's orchestratorVersion as asked (spec.forProvider) or read back (atProvider)."""
         seen = self.cloud.observed(key)
-        current = seen.get("spec", "forProvider", *field) if seen else None
-        return pool_version(self.control_plane_version, self.running(), current)
+        if seen is None:
+            return None
+        field = (*path, "orchestratorVersion")
+        value = seen.at_provider(*field) if at else seen.get("spec", "forProvider", *field)
+        return value if isinstance(value, str) and value else None
+
+    def pool_version(self, name: str) -> str:
+        """Agent pools follow the control plane, never lead it (AKS upgrades a pool only to a
+        version its control plane runs, learn.microsoft.com/azure/aks/upgrade-aks-cluster), one
+        at a time (rollout). A pool on the control plane's minor asks for what the provider reads
+        back, which the patch channel moves; one whose turn has come asks for the version the
+        control plane runs; one whose turn has not keeps what it asks for."""
+        key, path = ("cluster", ("defaultNodePool",)) if name == SYSTEM_POOL else (name, ())
+        running = self.running()
+        asked, back = self.seen(key, *path), self.seen(key, *path, at=True)
+        if running is None:  # created with the control plane, or its status lost: hold
+            return asked or self.control_plane_version
+        have = minor(running)
+        if back and minor(back) == have:
+            return back
+        if asked and minor(asked) == have:
+            return asked
+        if asked is None or name in self.moving:
+            return running
+        return asked
 
     def node_pool(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape
@@ -335,9 +460,7 @@ class AKSCluster:
             "vmSize": shape.vm_size,
             "osDiskSizeGb": shape.disk_size_gb,
             "osSku": "Ubuntu",
-            "orchestratorVersion": self.pool_version(
-                f"nodepool-{pool.name}", "orchestratorVersion"
-            ),
+            "orchestratorVersion": self.pool_version(f"nodepool-{pool.name}"),
             "vnetSubnetIdRef": {"name": c.name("nodes")},
             # AKS installs the NVIDIA driver; the DRA driver, not a device plugin, allocates.
             "gpuDriver": "Install",

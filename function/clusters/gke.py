@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from function import clock, kube, names, shapes
-from function.clusters import gke_driver
+from function.clusters import gke_driver, rollout
 from function.clusters.base import (
     NO_LATE_INIT,
     PROVIDER_CONFIG_KEYS,
     SYSTEM_LABELS,
     SYSTEM_NODES,
     Cloud,
+    Minor,
     Pool,
     Scaling,
     minor,
@@ -195,6 +196,7 @@ class GKECluster:
         self.cluster_name = cloud.name("gke", limit=40)
         self.labels = {"modelplane-ai-cluster": names.cloud_name(cloud.xr)}
         self.key_secret = names.child_name(cloud.xr, "gcp-access-key")
+        self.pool_members: list[rollout.Member] = []
         # The access keys observed, by generation (only their names are gone through: a
         # resource read is one the kept composition depends on).
         observed = cloud.inputs.observed.resources
@@ -221,6 +223,7 @@ class GKECluster:
         self.service_account("node", NODE_ROLES, project)
         self.node_account = self.email("node", project) if project else None
         identity, key_ready = (INJECTED, True) if keyless else self.access_key(project)
+        self.moving = self.rollout(pools)
         self.control_plane(project)
         self.system_pool()
         for pool in pools:
@@ -518,16 +521,21 @@ class GKECluster:
 
     def control_plane_version(self) -> str:
         """The spec's version, or the next minor on the way to it: GKE upgrades a control plane
-        one minor version at a time (GKE "Manually upgrading a cluster or node pool")."""
+        one minor version at a time (GKE "Manually upgrading a cluster or node pool"), and the
+        next step waits until every pool runs the minor the control plane runs (rollout)."""
         seen = self.master_version()
         if seen is None:  # not observed: hold what the control plane was asked for, if anything
             return self.seen("cluster", "minMasterVersion") or self.version
         want, have = minor(self.version), minor(seen)
+        if want is not None and have is not None and want > have and self.lagging(have):
+            return self.seen("cluster", "minMasterVersion") or text(have)
         if want is None or have is None or want <= (have[0], have[1] + 1):
             if want is not None and have is not None and want < have:
                 self.cloud.warn(
                     f"spec.cluster.gke.kubernetesVersion {self.version} is older than the control "
-                    f"plane's {seen}; GKE cannot downgrade a control plane, so it stays",
+                    f"plane's {seen}: GKE moved the cluster past it (an automatic upgrade, at the "
+                    "latest at the end of the minor's support) or the spec was lowered; GKE "
+                    f"cannot downgrade a control plane, so it stays; set {text(have)} or newer",
                     reason="VersionDowngrade",
                 )
             return self.version
@@ -538,6 +546,44 @@ class GKECluster:
             reason="UpgradingStepwise",
         )
         return step
+
+    def members(self, pools: list[Pool]) -> list[rollout.Member]:
+        """The system pool and each GPU pool, as the rollout sees them."""
+        c = self.cloud
+        keys = [("system-nodepool", False)] + [(f"nodepool-{p.name}", True) for p in pools]
+        return [
+            rollout.Member(
+                key,
+                gpu=gpu,
+                exists=c.observed(key) is not None,
+                asked=minor(self.seen(key, "version")),
+                runs=minor(c.observed(key).at_provider("version") if c.observed(key) else None),
+                ready=c.is_ready(key),
+            )
+            for key, gpu in keys
+        ]
+
+    def rollout(self, pools: list[Pool]) -> frozenset[str]:
+        """The pools that ask for the control plane's version this reconcile: after a minor step
+        of the control plane (the spec's, or GKE's own), the system pool, then the GPU pools one
+        at a time. Otherwise none: GKE's auto-upgrade moves the pools to each patch of the
+        control plane, inside the maintenance window and its exclusions."""
+        have = minor(self.master_version())
+        if have is None:
+            return frozenset()
+        self.pool_members = self.members(pools)
+        if not any(lags(m, have) for m in self.pool_members):
+            return frozenset()
+        moving = rollout.movers(self.pool_members, have)
+        rollout.say(self.cloud, self.pool_members, have, moving)
+        # A pool there lets go of the version again.
+        return frozenset(
+            m.key for m in self.pool_members if m.key in moving and not rollout.done(m, have)
+        )
+
+    def lagging(self, have: Minor) -> bool:
+        """Whether an observed pool reports a minor other than the control plane's."""
+        return any(lags(m, have) for m in self.pool_members)
 
     def control_plane(self, project: str | None) -> None:
         c = self.cloud
@@ -610,13 +656,12 @@ class GKECluster:
         for_provider: dict = {
             "clusterRef": {"name": self.cluster_name},
             "location": self.region,
-            # One upgrade model: the function sets each pool's version (below) and leaves
-            # auto-upgrade unset. GKE keeps it on (its default, and a release channel cannot turn
-            # it off), but it only ever moves nodes to the control plane's version, which is the
-            # version the pool asks for; so the two never disagree (NodePool CRD: setting both
-            # "will fight"). Nodes do not follow a manually upgraded control plane on their own
-            # (GKE "Standard cluster upgrades"), so the version is what moves every node.
-            "management": {"autoRepair": True},
+            # GKE's auto-upgrade moves the nodes to the control plane's version inside the
+            # maintenance window and its exclusions (GKE "Standard cluster upgrades"; a release
+            # channel keeps it on anyway). The version is set only while a minor step of the
+            # control plane reaches the pools (below): the NodePool CRD calls setting both
+            # "highly discouraged", as they "will fight".
+            "management": {"autoRepair": True, "autoUpgrade": True},
             "nodeConfig": {
                 "imageType": IMAGE,
                 "oauthScopes": OAUTH,
@@ -624,9 +669,17 @@ class GKECluster:
                 **node_config,
             },
         }
-        # Pools move after the control plane, never before (nodes may not be newer than it);
-        # while its version is not observed a pool keeps the one it was composed with.
-        version = self.master_version() or self.seen(key, "version")
+        # Only a pool whose turn has come in a minor step asks for the control plane's exact
+        # version (a minor alone would differ from the build the provider reads back on every
+        # sync: terraform-provider-google's "spurious diffs" of fuzzy versions). Otherwise the
+        # version is left out: it is Optional and Computed, so the provider keeps what GKE runs
+        # and asks for no update, and with LateInitialize off it is never written back into
+        # forProvider. While the control plane's version is not observed a pool keeps what it
+        # asks for.
+        master = self.master_version()
+        version = master if key in self.moving else None
+        if master is None:
+            version = self.seen(key, "version")
         if version:
             for_provider["version"] = version
         if upgrade:
@@ -874,3 +927,9 @@ def fixed_locations(zones: list[str], count: int) -> list[str]:
         return zones
     spread = max(d for d in range(1, len(zones) + 1) if count % d == 0)
     return zones[:spread]
+
+
+def lags(member: rollout.Member, have: Minor) -> bool:
+    """An observed pool that reports another minor than the control plane's (a pool whose
+    version is not reported follows GKE's auto-upgrade)."""
+    return member.exists and member.runs is not None and member.runs != have

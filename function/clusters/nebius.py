@@ -18,7 +18,7 @@ for it, and keep the identity they were composed with while the ProviderConfig c
 import functools
 
 from function import kube, names, shapes
-from function.clusters import calendars
+from function.clusters import calendars, rollout
 from function.clusters.base import (
     GPU_TAINT,
     NO_LATE_INIT,
@@ -101,6 +101,7 @@ class NebiusCluster:
         problem = self.check_provider_config(config)
         pools = c.pools("Nebius", "nebius")
         calendars.check(c, calendars.NEBIUS, self.version)
+        self.moving = self.rollout(pools)
         self.network()
         self.control_plane()
         self.cache_filesystem()
@@ -312,12 +313,42 @@ class NebiusCluster:
             return self.version
         self.cloud.warn(
             f"spec.cluster.nebius.kubernetesVersion {self.version} is older than the {running} "
-            f"the control plane runs (mk8s upgrades a cluster whose version left support, and "
-            f"cannot downgrade one), so the node groups stay at {text(have)}: set it to "
+            f"the control plane runs: Nebius moved the cluster past it (mk8s upgrades a cluster "
+            f"whose version left support) or the spec was lowered, and mk8s cannot downgrade "
+            f"one, so the node groups follow {text(have)}, one at a time: set it to "
             f"{text(have)} or newer",
             reason="VersionDowngrade",
         )
         return text(have)
+
+    def rollout(self, pools: list[Pool]) -> frozenset[str]:
+        """The node groups that ask for the control plane's minor this reconcile: the system
+        group, then the GPU groups one at a time, each once the one before runs the minor with
+        none of its nodes outdated (rollout.movers)."""
+        have = minor(self.running())
+        if have is None:
+            return frozenset()
+        c = self.cloud
+        keys = [("system-nodegroup", False)] + [(f"nodegroup-{p.name}", True) for p in pools]
+        members = []
+        for key, gpu in keys:
+            seen = c.observed(key)
+            state = seen.at_provider("status") if seen else None
+            state = state if isinstance(state, dict) else {}
+            settled = not state.get("reconciling") and not state.get("outdatedNodeCount")
+            members.append(
+                rollout.Member(
+                    key,
+                    gpu=gpu,
+                    exists=seen is not None,
+                    asked=minor(seen.get("spec", "forProvider", "version") if seen else None),
+                    runs=minor(state.get("version")),
+                    ready=c.is_ready(key) and settled,
+                )
+            )
+        moving = rollout.movers(members, have)
+        rollout.say(c, members, have, moving)
+        return moving
 
     def node_group_version(self, key: str) -> str:
         """Node groups follow the control plane: a group's version may not be newer than its
@@ -328,6 +359,8 @@ class NebiusCluster:
         current = seen.get("spec", "forProvider", "version") if seen else None
         # mk8s takes <major>.<minor> only; the control plane reports 1.31.2-nebius-cp.3.
         at = ".".join(running.split(".")[:2]) if running else None
+        if seen is not None and current and key not in self.moving:
+            return current  # its turn has not come (rollout)
         return pool_version(self.node_target, running, current or at)
 
     def system_node_group(self) -> None:

@@ -217,6 +217,7 @@ def _aks_cluster(body: dict, world: World) -> dict:
         "oidcIssuerUrl": f"https://oidc.example/{digest(name)}/",
         "nodeResourceGroup": _for_provider(body).get("nodeResourceGroup"),
         "kubernetesVersion": _for_provider(body).get("kubernetesVersion"),
+        "automaticUpgradeChannel": _for_provider(body).get("automaticUpgradeChannel"),
         "defaultNodePool": {
             "orchestratorVersion": _for_provider(body)
             .get("defaultNodePool", {})
@@ -250,6 +251,14 @@ def _nebius_cluster(body: dict, world: World) -> dict:
         **_nebius("mk8scluster")(body, world),
         "status": {"controlPlane": {"version": f"{_patch(version)}-nebius-cp.2"}},
     }
+
+
+def _nebius_node_group(body: dict, world: World) -> dict:
+    """mk8s reports the version a node group runs as <major>.<minor>.<patch>-nebius-node.<n>,
+    settled (no change in flight, no outdated node)."""
+    version = _for_provider(body).get("version", "")
+    status = {"version": f"{version}.1-nebius-node.3", "reconciling": False}
+    return {**_nebius("mk8snodegroup")(body, world), "status": status, "version": version}
 
 
 def _guid(*parts: str) -> str:
@@ -534,7 +543,7 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("vpc.nebius.m.upbound.io", "Network"): _nebius("vpcnetwork"),
     ("vpc.nebius.m.upbound.io", "Subnet"): _nebius("vpcsubnet"),
     ("mk8s.nebius.m.upbound.io", "Cluster"): _nebius_cluster,
-    ("mk8s.nebius.m.upbound.io", "NodeGroup"): _nebius("mk8snodegroup"),
+    ("mk8s.nebius.m.upbound.io", "NodeGroup"): _nebius_node_group,
     ("compute.nebius.m.upbound.io", "Filesystem"): _nebius("computefilesystem"),
     ("compute.nebius.m.upbound.io", "GpuCluster"): _nebius("computegpucluster"),
     ("vke.vultr.m.upbound.io", "Kubernetes"): _vke_cluster,

@@ -5,13 +5,13 @@ import ipaddress
 import itertools
 import json
 import uuid
+from datetime import timedelta
 
 import pytest
 import yaml
 
-from function import shapes
-from function.clusters import aks
-from function.clusters.base import pool_version
+from function import clock, shapes
+from function.clusters import aks, calendars
 from function.compose import compose_cluster
 from function.inputs import Observed
 from function.models import InferenceCluster
@@ -308,44 +308,91 @@ def two_minors_up(xr: dict) -> None:
 
 
 @pytest.mark.parametrize("name", ["aks", "aks-a10"])
-def test_raising_the_version_upgrades_the_control_plane_then_every_agent_pool_a_minor_at_a_time(
-    name,
-):
+def test_raising_the_version_turns_the_channel_off_then_steps_a_minor_and_a_pool_at_a_time(name):
+    """AKS refuses a control plane upgrade without its pools while a channel is set ("Cluster
+    auto-upgrade limitations"), and azurerm upgrades the control plane alone: the channel goes
+    first, then each minor, the system pool and every agent pool one after the other (GPU pools
+    last), and the channel comes back once every pool runs the spec's minor."""
     xr, classes = example(name)
     passes = sim.upgrade(xr, all_classes(classes), two_minors_up)
     converged = passes[0]
     start = converged.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
     major, minor_ = start.split(".")
     step, target = f"{major}.{int(minor_) + 1}", f"{major}.{int(minor_) + 2}"
-    user_pools = {k for k in converged.resources if k.startswith("nodepool-")}
+    user_pools = sorted(k for k in converged.resources if k.startswith("nodepool-"))
     assert user_pools
+    channel = {("cluster", "spec.forProvider.automaticUpgradeChannel")}
     control_plane = {("cluster", "spec.forProvider.kubernetesVersion")}
-    pools = {
-        ("cluster", "spec.forProvider.defaultNodePool.orchestratorVersion"),
-        *((k, "spec.forProvider.orchestratorVersion") for k in user_pools),
-    }
+    system = {("cluster", "spec.forProvider.defaultNodePool.orchestratorVersion")}
+    pools = [{(k, "spec.forProvider.orchestratorVersion")} for k in user_pools]
     steps = [
         {c for c in sim.changes(a, b) if not c[0].startswith("usage")}
         for a, b in itertools.pairwise(passes)
     ]
-    # AKS skips no minor and upgrades no pool past its control plane: the control plane one
-    # minor, then every pool to it, then the next minor, then the pools again.
-    assert steps == [control_plane, pools, control_plane, pools]
+    one_minor = [control_plane, system, *pools]
+    assert steps == [channel, *one_minor, *one_minor, channel]
     versions = [p.resources["cluster"].body["spec"]["forProvider"] for p in passes]
-    assert [v["kubernetesVersion"] for v in versions] == [start, step, step, target, target]
-    assert [v["defaultNodePool"]["orchestratorVersion"] for v in versions] == [
-        start,
-        start,
-        step,
-        step,
-        target,
+    assert [v.get("automaticUpgradeChannel") for v in versions] == [
+        "patch",
+        *[None] * (len(passes) - 2),
+        "patch",
     ]
-    stepwise = [r.message for r in passes[1].results if r.reason == "UpgradingStepwise"]
+    # Only minors go to AKS; the pools ask for the patch the control plane runs.
+    assert [v["kubernetesVersion"] for v in versions][:3] == [start, start, step]
+    assert versions[-1]["kubernetesVersion"] == target
+    assert versions[-1]["defaultNodePool"]["orchestratorVersion"].startswith(f"{target}.")
+    stepwise = [r.message for p in passes for r in p.results if r.reason == "UpgradingStepwise"]
     assert stepwise and f"upgrading to {step} first" in stepwise[0]
+    following = [r.message for p in passes for r in p.results if r.reason == "NodePoolsFollowing"]
+    assert any(f"then {user_pools[0]}" in m for m in following)
     for key in user_pools:
-        assert passes[-1].resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == (
-            target
-        )
+        asked = passes[-1].resources[key].body["spec"]["forProvider"]["orchestratorVersion"]
+        assert asked.startswith(f"{target}.")
+
+
+def test_kubernetes_patches_come_by_the_patch_channel_inside_their_own_window():
+    """`patch` moves the control plane and then each pool to the minor's newest patch, never to
+    another minor; Saturday night for Kubernetes, Sunday night for the node OS, each 8 hours
+    (AKS asks 4 or more of an auto-upgrade window)."""
+    xr, classes = example("aks")
+    spec = converge(xr, classes).resources["cluster"].body["spec"]["forProvider"]
+    assert spec["automaticUpgradeChannel"] == "patch"
+    window, node_os = spec["maintenanceWindowAutoUpgrade"], spec["maintenanceWindowNodeOs"]
+    assert window["frequency"] == "Weekly" and window["interval"] == 1
+    assert 4 <= window["duration"] <= 24 and window["utcOffset"] == "+00:00"
+    assert {window["dayOfWeek"], node_os["dayOfWeek"]} == {"Saturday", "Sunday"}
+    # A minor alias, which AKS takes and patches (kubernetesVersion: "minor version aliases such
+    # as 1.22 are also supported").
+    assert spec["kubernetesVersion"].count(".") == 1
+    first = compose_cluster(xr, all_classes(classes), Observed())
+    assert first.resources["cluster"].body["spec"]["forProvider"]["automaticUpgradeChannel"] == (
+        "patch"
+    )
+
+
+def test_a_patch_aks_applies_changes_nothing_the_cluster_or_its_pools_ask_for():
+    """AKS patched the control plane and the pools in its window: the provider reads the new
+    versions back, and the cluster and pools ask for just that, so nothing is undone."""
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    seen = sim.reported(out)
+    minor_ = out.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
+    patched = f"{minor_}.9"
+    for key, res in seen.resources.items():
+        at = res.body.get("status", {}).get("atProvider", {})
+        if key == "cluster":
+            at["currentKubernetesVersion"] = patched
+            at["defaultNodePool"]["orchestratorVersion"] = patched
+        elif key.startswith("nodepool-"):
+            at["orchestratorVersion"] = patched
+    again = compose_cluster(xr, all_classes(classes), seen)
+    cluster = again.resources["cluster"].body["spec"]["forProvider"]
+    assert cluster["kubernetesVersion"] == minor_
+    assert cluster["automaticUpgradeChannel"] == "patch"
+    assert cluster["defaultNodePool"]["orchestratorVersion"] == patched
+    for key in (k for k in again.resources if k.startswith("nodepool-")):
+        assert again.resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == patched
+    assert not [r for r in again.results if r.reason == "NodePoolsFollowing"]
 
 
 def test_a_lower_version_is_refused_with_a_warning():
@@ -357,25 +404,32 @@ def test_a_lower_version_is_refused_with_a_warning():
     assert any(r.reason == "VersionDowngrade" for r in again.results)
 
 
-def test_a_cluster_aks_upgraded_past_the_spec_keeps_asking_for_what_it_runs():
-    """From 2027-06-01 AKS upgrades a cluster past its version's end of life itself
-    (learn.microsoft.com/azure/aks/platform-initiated-upgrades), pools included, and refuses any
-    downgrade: the control plane and every pool then ask for what they run, never the spec's
-    older version, which would fail every update of them."""
-    xr, classes = example("aks")
-    out = converge(xr, classes)
-    spec = out.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
-    major, minor_ = spec.split(".")[:2]
-    upgraded = f"{major}.{int(minor_) + 1}.4"
+def aks_moved(out: Output, upgraded: str, pools: bool) -> Observed:
+    """What the providers report once AKS upgraded the control plane (and the pools) itself."""
     seen = sim.reported(out)
     for key, res in seen.resources.items():
         at = res.body.get("status", {}).get("atProvider", {})
         if key == "cluster":
             at["currentKubernetesVersion"] = upgraded
-            at["defaultNodePool"]["orchestratorVersion"] = upgraded
-        elif key.startswith("nodepool-"):
+            at["kubernetesVersion"] = upgraded
+            if pools:
+                at["defaultNodePool"]["orchestratorVersion"] = upgraded
+        elif key.startswith("nodepool-") and pools:
             at["orchestratorVersion"] = upgraded
-    again = compose_cluster(xr, all_classes(classes), seen)
+    return seen
+
+
+def test_a_cluster_aks_upgraded_past_the_spec_keeps_asking_for_what_it_runs():
+    """AKS upgrades a cluster past its version's end of life itself, pools included
+    (learn.microsoft.com/azure/aks/platform-initiated-upgrades), and refuses any downgrade: the
+    control plane and every pool then ask for what they run, never the spec's older version,
+    which would fail every update of them, and the XR says AKS moved it."""
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    spec = out.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
+    major, minor_ = spec.split(".")[:2]
+    upgraded = f"{major}.{int(minor_) + 1}.4"
+    again = compose_cluster(xr, all_classes(classes), aks_moved(out, upgraded, pools=True))
     cluster = again.resources["cluster"].body["spec"]["forProvider"]
     assert cluster["kubernetesVersion"] == upgraded
     assert cluster["defaultNodePool"]["orchestratorVersion"] == upgraded
@@ -384,28 +438,47 @@ def test_a_cluster_aks_upgraded_past_the_spec_keeps_asking_for_what_it_runs():
     for key in pools:
         assert again.resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == upgraded
     said = [r.message for r in again.results if r.reason == "VersionDowngrade"]
-    assert said and f"so it stays at {upgraded}" in said[0]
+    assert said and "AKS moved the cluster" in said[0] and f"stays at {upgraded}" in said[0]
 
 
-@pytest.mark.parametrize(
-    ("target", "running", "current", "asks"),
-    [
-        # At creation nothing runs yet: the spec's version.
-        ("1.35", None, None, "1.35"),
-        # The control plane runs it (a patch of the alias, or exactly): the spec's version.
-        ("1.35", "1.35.2", "1.34", "1.35"),
-        ("1.35.2", "1.35.2", "1.34", "1.35.2"),
-        # Still upgrading: the pool keeps what it asks for; a new pool gets the running version.
-        ("1.35", "1.34.7", "1.34", "1.34"),
-        ("1.35", "1.34.7", None, "1.34.7"),
-        # The cluster's status lost mid-upgrade: the pool keeps its version, it never leads.
-        ("1.35", None, "1.34", "1.34"),
-        # 1.3 is not 1.35.
-        ("1.3", "1.35.1", "1.2", "1.2"),
-    ],
-)
-def test_pools_never_lead_the_control_plane(target, running, current, asks):
-    assert pool_version(target, running, current) == asks
+@pytest.mark.parametrize("name", ["aks", "aks-a10"])
+def test_after_aks_moved_the_control_plane_past_support_the_pools_follow_one_at_a_time(name):
+    """The clock past the spec's minor's end of life: AKS upgraded the control plane alone.
+    The calendar warning says the version is past support, the XR says AKS moved the cluster,
+    the channel stays off, and the pools follow one at a time, the system pool first and the
+    GPU pools last, each once the one before reports the minor and is Ready."""
+    xr, classes = example(name)
+    out = converge(xr, classes)
+    spec = out.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
+    major, minor_ = spec.split(".")[:2]
+    upgraded = f"{major}.{int(minor_) + 1}.4"
+    end = calendars.AKS.ends[(int(major), int(minor_))]
+    with clock.fixed(end + timedelta(days=40)):
+        again = compose_cluster(xr, all_classes(classes), aks_moved(out, upgraded, pools=False))
+        reasons = {r.reason for r in again.results}
+        assert {"KubernetesVersionUnsupported", "VersionDowngrade"} <= reasons
+        cluster = again.resources["cluster"].body["spec"]["forProvider"]
+        assert "automaticUpgradeChannel" not in cluster
+        assert cluster["defaultNodePool"]["orchestratorVersion"] == upgraded
+        pools = sorted(k for k in again.resources if k.startswith("nodepool-"))
+        for key in pools:  # the system pool first
+            assert again.resources[key].body == out.resources[key].body
+        # The system pool reports the minor: the first GPU pool goes, and only it.
+        seen = aks_moved(again, upgraded, pools=False)
+        system = seen.resources["cluster"].body["status"]["atProvider"]["defaultNodePool"]
+        system["orchestratorVersion"] = upgraded
+        third = compose_cluster(xr, all_classes(classes), seen)
+        asked = {
+            k: third.resources[k].body["spec"]["forProvider"]["orchestratorVersion"] for k in pools
+        }
+        assert asked[pools[0]] == upgraded
+        assert all(asked[k] != upgraded for k in pools[1:])
+        # Every pool runs it: the channel is back.
+        done = aks_moved(third, upgraded, pools=True)
+        last = compose_cluster(xr, all_classes(classes), done)
+        assert last.resources["cluster"].body["spec"]["forProvider"]["automaticUpgradeChannel"] == (
+            "patch"
+        )
 
 
 # A ConnectX-7 InfiniBand HCA as the PCI bus shows it (class 0207: InfiniBand controller).

@@ -764,52 +764,148 @@ def changes(before, after) -> dict[str, dict]:
     }
 
 
-def test_raising_the_version_moves_the_control_plane_first_then_every_pool():
-    _, _, converged = converge()
-    xr, req = raised("1.36")
-    first = compose_cluster(xr, req, reported(converged))
-    changed = changes(converged, first)
-    assert set(changed) == {"cluster"}
-    before = converged.resources["cluster"].body["spec"]["forProvider"]
-    assert {k for k in changed["cluster"] if changed["cluster"][k] != before[k]} == {
-        "minMasterVersion"
+POOLS = ("system-nodepool", "nodepool-gpu-h100", "nodepool-gpu-l4")
+
+
+def gke_runs(out, runs: dict[str, str]):
+    """What the providers report for out, each pool running the version runs gives it."""
+    seen = reported(out)
+    for key, version in runs.items():
+        seen.resources[key].body["status"]["atProvider"]["version"] = version
+    return seen
+
+
+def upgrade(xr, req, converged, running: str) -> list:
+    """Reconcile until stable, each pool running the version it last asked for (the pools of
+    converged run `running`): the converged output and each pass."""
+    runs = dict.fromkeys(POOLS, running)
+    passes = [converged]
+    for _ in range(sim.MAX_PASSES):
+        for key in POOLS:
+            runs[key] = (
+                passes[-1].resources[key].body["spec"]["forProvider"].get("version", runs[key])
+            )
+        again = compose_cluster(xr, req, gke_runs(passes[-1], runs))
+        if again.resources == passes[-1].resources and len(passes) > 1:
+            return passes
+        passes.append(again)
+    raise AssertionError("no convergence")
+
+
+def asking(out) -> dict[str, str]:
+    """The pools that ask for a version, and which."""
+    return {
+        k: v
+        for k in POOLS
+        if (v := out.resources[k].body["spec"]["forProvider"].get("version")) is not None
     }
-    assert changed["cluster"]["minMasterVersion"] == "1.36"
-    # The provider reports the upgraded control plane: the pools follow it, and nothing else.
-    second = compose_cluster(xr, req, reported(first))
-    changed = changes(first, second)
-    assert set(changed) == {"system-nodepool", "nodepool-gpu-l4", "nodepool-gpu-h100"}
-    for key, spec in changed.items():
-        old = first.resources[key].body["spec"]["forProvider"]
-        assert {k for k in spec if spec[k] != old.get(k)} == {"version"}, key
-        assert spec["version"] == "1.36.4-gke.1"
-    third = compose_cluster(xr, req, reported(second))
-    assert changes(second, third) == {}
 
 
-def test_every_pool_has_one_upgrade_model_its_version_with_auto_upgrade_left_to_gke():
+def test_raising_the_version_moves_the_control_plane_then_the_pools_one_at_a_time():
+    """The control plane first; once it reports the minor, the system pool and then each GPU
+    pool asks for its exact version, one at a time, each once the one before runs it; then
+    none asks for any version again, and GKE's auto-upgrade carries them."""
+    _, _, converged = converge()
+    assert asking(converged) == {}
+    xr, req = raised("1.36")
+    passes = upgrade(xr, req, converged, "1.35.4-gke.1")
+    first = changes(converged, passes[1])
+    assert set(first) == {"cluster"}
+    assert passes[1].resources["cluster"].body["spec"]["forProvider"]["minMasterVersion"] == (
+        "1.36"
+    )
+    moving = [asking(p) for p in passes[2:]]
+    assert moving == [
+        {"system-nodepool": "1.36.4-gke.1"},
+        {"nodepool-gpu-h100": "1.36.4-gke.1"},
+        {"nodepool-gpu-l4": "1.36.4-gke.1"},
+        {},
+    ]
+    for key in POOLS:
+        spec = passes[-1].resources[key].body["spec"]["forProvider"]
+        assert spec["management"] == {"autoRepair": True, "autoUpgrade": True}
+    said = [r.message for r in passes[2].results if r.reason == "NodePoolsFollowing"]
+    assert said and "system-nodepool now; then nodepool-gpu-h100, nodepool-gpu-l4" in said[0]
+
+
+def test_pools_follow_gkes_auto_upgrade_and_ask_for_no_version_at_rest():
+    """Auto-upgrade on, no version: the NodePool CRD calls setting both "highly discouraged"."""
     _, _, out = converge()
-    pools = [r.body["spec"] for k, r in out.resources.items() if k.endswith("nodepool")]
-    pools += [r.body["spec"] for k, r in out.resources.items() if k.startswith("nodepool-")]
-    assert len(pools) == 3
-    for spec in pools:
-        assert spec["forProvider"]["management"] == {"autoRepair": True}
-        assert spec["forProvider"]["version"] == reported(out).resources["cluster"].at_provider(
-            "masterVersion"
-        )
+    for key in POOLS:
+        spec = out.resources[key].body["spec"]["forProvider"]
+        assert spec["management"] == {"autoRepair": True, "autoUpgrade": True}
+        assert "version" not in spec
+
+
+def test_a_patch_gke_applies_in_its_window_changes_nothing():
+    """GKE patched the control plane and the pools: no pool is moved by the function, and no
+    field the function composes changes (no update outside the window)."""
+    _, _, converged = converge()
+    xr, classes = example("gke")
+    req = required(classes, provider_configs("gke"))
+    seen = gke_runs(converged, dict.fromkeys(POOLS, "1.35.9-gke.3"))
+    seen.resources["cluster"].body["status"]["atProvider"]["masterVersion"] = "1.35.9-gke.3"
+    again = compose_cluster(xr, req, seen)
+    assert changes(converged, again) == {}
+    # Half way through GKE's own rollout of the patch: still nothing.
+    seen = gke_runs(converged, {"system-nodepool": "1.35.9-gke.3"})
+    seen.resources["cluster"].body["status"]["atProvider"]["masterVersion"] = "1.35.9-gke.3"
+    assert changes(converged, compose_cluster(xr, req, seen)) == {}
+
+
+def test_a_live_pool_pinned_to_the_control_planes_build_lets_go_of_it_and_nothing_else_moves():
+    """A pool the previous release pinned to the control plane's exact build: the version is
+    dropped (Optional and Computed: no update), auto-upgrade is on (GKE's own default under a
+    release channel: no change on GKE's side)."""
+    _, _, converged = converge()
+    xr, classes = example("gke")
+    req = required(classes, provider_configs("gke"))
+    seen = gke_runs(converged, dict.fromkeys(POOLS, "1.35.4-gke.1"))
+    for key in POOLS:
+        spec = seen.resources[key].body["spec"]["forProvider"]
+        spec["version"] = "1.35.4-gke.1"
+        spec["management"] = {"autoRepair": True}
+    again = compose_cluster(xr, req, seen)
+    assert changes(converged, again) == {}
+    assert asking(again) == {}
+
+
+def test_after_gke_moved_the_control_plane_the_pools_follow_one_at_a_time_and_the_xr_says_so():
+    """GKE upgraded the control plane past the spec (at the end of the minor's support): the
+    control plane keeps asking for the spec's (a minimum, no downgrade asked), the XR says GKE
+    moved it, and the pools follow one at a time, the system pool first."""
+    _, _, converged = converge()
+    xr, classes = example("gke")
+    req = required(classes, provider_configs("gke"))
+    seen = gke_runs(converged, dict.fromkeys(POOLS, "1.35.4-gke.1"))
+    seen.resources["cluster"].body["status"]["atProvider"]["masterVersion"] = "1.36.2-gke.7"
+    again = compose_cluster(xr, req, seen)
+    said = [r.message for r in again.results if r.reason == "VersionDowngrade"]
+    assert said and "GKE moved the cluster past it" in said[0]
+    assert asking(again) == {"system-nodepool": "1.36.2-gke.7"}
+    assert again.resources["cluster"].body == converged.resources["cluster"].body
 
 
 def test_the_control_plane_moves_one_minor_version_at_a_time():
+    """Each minor step waits for every pool to run the minor before the next."""
     _, _, converged = converge()
     xr, req = raised("1.37")
-    first = compose_cluster(xr, req, reported(converged))
-    assert first.resources["cluster"].body["spec"]["forProvider"]["minMasterVersion"] == "1.36"
-    assert any(r.reason == "UpgradingStepwise" for r in first.results)
-    second = compose_cluster(xr, req, reported(first))
-    assert second.resources["cluster"].body["spec"]["forProvider"]["minMasterVersion"] == "1.37"
-    assert second.resources["nodepool-gpu-l4"].body["spec"]["forProvider"]["version"] == (
-        "1.36.4-gke.1"
-    )
+    passes = upgrade(xr, req, converged, "1.35.4-gke.1")
+    assert any(r.reason == "UpgradingStepwise" for r in passes[1].results)
+    masters = [
+        p.resources["cluster"].body["spec"]["forProvider"]["minMasterVersion"] for p in passes
+    ]
+    pools = [asking(p) for p in passes]
+    # 1.36 until the last pool has asked for it and runs it, then 1.37.
+    first_137 = masters.index("1.37")
+    assert masters[1:first_137] == ["1.36"] * (first_137 - 1)
+    assert pools[first_137 - 1] == {"nodepool-gpu-l4": "1.36.4-gke.1"}
+    assert [p for p in pools[first_137 + 1 :] if p] == [
+        {"system-nodepool": "1.37.4-gke.1"},
+        {"nodepool-gpu-h100": "1.37.4-gke.1"},
+        {"nodepool-gpu-l4": "1.37.4-gke.1"},
+    ]
+    assert masters[-1] == "1.37" and pools[-1] == {}
 
 
 def test_the_step_holds_while_the_control_plane_version_is_not_observed():

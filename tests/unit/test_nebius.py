@@ -2,9 +2,13 @@
 sizing, the shared cache, shapes."""
 
 import copy
+import itertools
+from datetime import timedelta
 
 import pytest
 
+from function import clock
+from function.clusters import calendars
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.names import kubeconfig_secret
@@ -470,25 +474,34 @@ def test_the_example_has_no_shape_warnings():
     assert warnings(compose_cluster(xr, req, Observed())) == []
 
 
-def test_raising_the_version_upgrades_the_control_plane_then_every_node_group():
+def node_group_keys(out) -> list[str]:
+    return sorted(k for k in out.resources if k.endswith("nodegroup") or "nodegroup-" in k)
+
+
+def test_raising_the_version_upgrades_the_control_plane_then_the_node_groups_one_at_a_time():
     xr, classes = example("nebius")
 
     def raise_version(x: dict) -> None:
         x["spec"]["cluster"]["nebius"]["kubernetesVersion"] = "1.99"
 
     req = required(classes, provider_configs("nebius"))
-    converged, control_plane, groups = sim.upgrade(xr, req, raise_version)
-    changed = {c for c in sim.changes(converged, control_plane) if not c[0].startswith("usage")}
-    # First the control plane: a node group may not run newer than its cluster.
-    assert changed == {("cluster", "spec.forProvider.controlPlane.version")}
-    # Once mk8s reports 1.99.x-nebius-cp.N, the system group and every GPU group follow.
-    node_groups = {k for k in converged.resources if k.endswith("nodegroup") or "nodegroup-" in k}
-    assert {"system-nodegroup", "nodegroup-gpu-h100"} <= node_groups
-    assert sim.changes(control_plane, groups) == {
-        (k, "spec.forProvider.version") for k in node_groups
-    }
-    for key in node_groups:
-        assert groups.resources[key].body["spec"]["forProvider"]["version"] == "1.99"
+    passes = sim.upgrade(xr, req, raise_version)
+    steps = [
+        {c for c in sim.changes(a, b) if not c[0].startswith("usage")}
+        for a, b in itertools.pairwise(passes)
+    ]
+    # First the control plane: a node group may not run newer than its cluster. Once mk8s
+    # reports 1.99.x-nebius-cp.N, the system group, then each GPU group, each once the one
+    # before runs it with no outdated node.
+    groups = node_group_keys(passes[0])
+    gpu = [k for k in groups if k != "system-nodegroup"]
+    assert gpu
+    assert steps == [
+        {("cluster", "spec.forProvider.controlPlane.version")},
+        *({(k, "spec.forProvider.version")} for k in ["system-nodegroup", *gpu]),
+    ]
+    for key in groups:
+        assert passes[-1].resources[key].body["spec"]["forProvider"]["version"] == "1.99"
 
 
 def test_a_node_group_added_mid_upgrade_asks_for_the_control_planes_minor():
@@ -509,33 +522,59 @@ def test_a_node_group_added_mid_upgrade_asks_for_the_control_planes_minor():
     assert system == out.resources["system-nodegroup"].body["spec"]["forProvider"]["version"]
 
 
-def test_node_groups_follow_a_control_plane_mk8s_upgraded_past_the_spec():
-    """mk8s upgrades a control plane whose version left support and keeps the Cluster's
-    `version` lower (nebius/api mk8s/v1/cluster.proto): the Cluster keeps asking for the spec's
-    (no diff, no fight), every node group follows the running minor, and the XR says so."""
+def test_node_groups_follow_a_control_plane_mk8s_upgraded_past_the_spec_one_at_a_time():
+    """The clock past the spec's minor's end of life: mk8s upgraded the control plane itself and
+    keeps the Cluster's `version` lower (nebius/api mk8s/v1/cluster.proto). The Cluster keeps
+    asking for the spec's (no diff, no fight), the XR says Nebius moved the cluster, and the node
+    groups follow the running minor one at a time, the system group first, the GPU groups last,
+    each once the one before runs it with no outdated node."""
     xr, _, req = nebius()
     out = converge(xr, req)
     asked = out.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]["version"]
     major, minor_ = asked.split(".")
     newer = f"{major}.{int(minor_) + 1}"
+    end = calendars.NEBIUS.ends[(int(major), int(minor_))]
+
+    def moved(after, groups_at: dict[str, str]):
+        seen = sim.reported(after)
+        status = seen.resources["cluster"].body["status"]["atProvider"]["status"]
+        status["controlPlane"]["version"] = f"{newer}.2-nebius-cp.1"
+        for key, version in groups_at.items():
+            seen.resources[key].body["status"]["atProvider"]["status"]["version"] = version
+        return seen
+
+    groups = node_group_keys(out)
+    gpu = [k for k in groups if k != "system-nodegroup"]
+    assert gpu
+    with clock.fixed(end + timedelta(days=30)):
+        again = compose_cluster(xr, req, moved(out, {}))
+        reasons = {r.reason for r in again.results}
+        assert {"KubernetesVersionUnsupported", "VersionDowngrade"} <= reasons
+        said = [r.message for r in again.results if r.reason == "VersionDowngrade"]
+        assert "Nebius moved the cluster past it" in said[0] and f"follow {newer}" in said[0]
+        cluster = again.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]
+        assert cluster["version"] == asked
+
+        def versions(o) -> dict[str, str]:
+            return {k: o.resources[k].body["spec"]["forProvider"]["version"] for k in groups}
+
+        assert versions(again) == {k: newer if k == "system-nodegroup" else asked for k in groups}
+        # The system group on its way (asked, outdated nodes left): nothing else moves.
+        busy = moved(again, {"system-nodegroup": f"{newer}.1-nebius-node.3"})
+        state = busy.resources["system-nodegroup"].body["status"]["atProvider"]["status"]
+        state["outdatedNodeCount"] = 1
+        assert versions(compose_cluster(xr, req, busy)) == versions(again)
+        # Settled: the first GPU group goes.
+        third = compose_cluster(xr, req, moved(again, {}))
+        assert versions(third)[gpu[0]] == newer
+        assert [k for k in gpu[1:] if versions(third)[k] == newer] == []
+    # At the spec's own minor, nothing is said and nothing moves.
     seen = sim.reported(out)
     plane = seen.resources["cluster"].body["status"]["atProvider"]["status"]["controlPlane"]
-    plane["version"] = f"{newer}.2-nebius-cp.1"
-    again = compose_cluster(xr, req, seen)
-    assert again.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]["version"] == (
-        asked
-    )
-    groups = [k for k in again.resources if k.endswith("nodegroup") or "nodegroup-" in k]
-    assert len(groups) >= 2
-    for key in groups:
-        assert again.resources[key].body["spec"]["forProvider"]["version"] == newer, key
-    said = [r.message for r in again.results if r.reason == "VersionDowngrade"]
-    assert said and f"stay at {newer}" in said[0]
-    # At the spec's own minor, nothing is said and nothing moves.
     plane["version"] = f"{asked}.7-nebius-cp.2"
     steady = compose_cluster(xr, req, seen)
     assert not [r for r in steady.results if r.reason == "VersionDowngrade"]
-    assert {steady.resources[k].body["spec"]["forProvider"]["version"] for k in groups} == {asked}
+    assert set(versions(steady).values()) == {asked}
 
 
 def test_the_control_plane_writes_its_audit_log():
