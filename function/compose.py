@@ -76,6 +76,9 @@ def compose_cluster(
         resources,
     )
     resources |= guards
+    # A Usage that goes while its user stays, and what a Usage still names, go in their turn.
+    retired = usages.retiring(observed.resources, resources, guards.keys())
+    resources |= retired
     complete = cluster.complete and inputs.classes.complete
     if not complete:
         resources = {**carry_forward(observed, resources), **resources}
@@ -97,7 +100,9 @@ def compose_cluster(
         results=cluster.results
         + stack.results
         + kept
-        + failures.warnings(observed.resources, resources, guards.keys())
+        + failures.warnings(
+            observed.resources, resources, guards.keys() | retired.keys() if retired else guards
+        )
         + class_results(xr, inputs.classes),
         requirements=wanted,
         schemas=wanted_schemas,

@@ -20,13 +20,13 @@ Every Usage names resources this same reconcile composes; replayDeletion resumes
 deletion as soon as its user is gone.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from function import names
 from function.caches import USAGES
 from function.clusters.base import PROVIDER_CONFIG_KEYS, as_desired
-from function.inputs import Inputs
+from function.inputs import Inputs, ObservedResource
 from function.output import Desired, Requirement
 from function.serving.components import RESOURCE_KEYS, Component
 
@@ -212,3 +212,75 @@ def compose(
         if body is not None:
             out[GUARD] = Desired(body, ready=True)
     return out
+
+
+# Why a Usage that goes is first rewritten without its user (RETIRING), and what it names stays
+# until it is gone. Both read in crossplane v2.2.1:
+# - A composed Usage that is deleted waits for its user to be deleted first
+#   (internal/controller/protection/usage/reconciler.go): one whose user lives on stays, deleting.
+# - The Usage webhook refuses to delete what any Usage names, deleting ones included
+#   (internal/protection/usage/finder.go FindUsageOf lists them all).
+# - A refused deletion of a resource the function no longer returns fails the whole composition
+#   before anything is applied (internal/controller/apiextensions/composite/
+#   composition_functions.go: GarbageCollectComposedResources, then the apply): the XR would
+#   apply nothing again for as long as such a Usage stays.
+# A Usage without `by` is deleted at once, so the one that goes is rewritten with a reason instead
+# of its user (it still guards what it names meanwhile), and left out once that is observed and
+# every Usage that replaces it exists; what it names is returned as it runs until it is gone.
+RETIRING = "modelplane.ai: retiring, {kind} {name} no longer needs it"
+_USAGE_KINDS = ("Usage", "ClusterUsage")
+
+
+def retiring(
+    observed: Mapping[str, ObservedResource],
+    desired: Mapping[str, Desired],
+    usage_keys: Iterable[str],
+) -> dict[str, Desired]:
+    """The Usages that go while their user stays (rewritten without it), and the resources that
+    go while a Usage still names them (as they run): neither is deleted before its time."""
+    gone = [key for key in observed if key not in desired]
+    if not gone:
+        return {}
+    present = {_named(d.body) for d in desired.values()}
+    replaced = all(key in observed for key in usage_keys)
+    out: dict[str, Desired] = {}
+    guarded: set[tuple] = set()
+    for key, res in observed.items():
+        if res.get("kind") not in _USAGE_KINDS:
+            continue
+        of = _end(res, "of")
+        if of is not None:
+            guarded.add(of)
+        if key in desired:
+            continue
+        by = _end(res, "by")
+        if by is None and (replaced or res.get("spec", "reason") is None):
+            continue  # without a user: deleted at once
+        if by is not None and by not in present:
+            continue  # its user goes too: Crossplane deletes the Usage once the user is gone
+        out[key] = Desired(_without_user(res, by), ready=True)
+    for key in gone:
+        res = observed[key]
+        if key not in out and res.get("kind") not in _USAGE_KINDS:
+            if (res.get("apiVersion"), res.get("kind"), res.get("metadata", "name")) in guarded:
+                out[key] = Desired(as_desired(res.body), ready=res.ready)
+    return out
+
+
+def _end(res: ObservedResource, end: str) -> tuple | None:
+    """(apiVersion, kind, name) of what an observed Usage names as of or by."""
+    ref = res.get("spec", end)
+    if not isinstance(ref, dict):
+        return None
+    name = (ref.get("resourceRef") or {}).get("name")
+    return (ref.get("apiVersion"), ref.get("kind"), name) if name else None
+
+
+def _without_user(res: ObservedResource, by: tuple | None) -> dict:
+    """An observed Usage with a reason instead of its user (as it is, if it has none)."""
+    body = as_desired(res.body)
+    if by is None:
+        return body
+    spec = {k: v for k, v in body.get("spec", {}).items() if k != "by"}
+    spec["reason"] = RETIRING.format(kind=by[1], name=by[2])
+    return {**body, "spec": spec}

@@ -440,9 +440,12 @@ class EKSCluster:
             "iam-attach-node-ecr-pull"
         ):
             kept["ecr"] = NODE_HANDED_OVER["ecr"]
-        if c.observed("iam-attach-node-cni") is not None and not self.aws_node_on_pod_identity():
-            kept["cni"] = NODE_HANDED_OVER["cni"]
+        if c.observed("iam-attach-node-cni") is not None:
+            # Observed for as long as the policy is there: it may go a few reconciles after it
+            # leaves (usages.retiring), and must not come back meanwhile.
             self.observe_aws_node(provider_config)
+            if not self.aws_node_on_pod_identity():
+                kept["cni"] = NODE_HANDED_OVER["cni"]
         for suffix, arn in kept.items():
             c.managed(
                 f"iam-attach-node-{suffix}",

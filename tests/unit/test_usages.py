@@ -356,3 +356,130 @@ def test_an_anchor_that_changes_keeps_its_usages_which_move_to_the_new_resource_
         assert usage.body["spec"]["of"]["resourceRef"]["name"] == name
     first, second = (next(iter(m.values())).body for m in made.values())
     assert first["metadata"] == second["metadata"]
+
+
+# --- Usages that go, and what they name -------------------------------------------------------
+
+
+class Refused(AssertionError):
+    """Crossplane's garbage collection refused by the Usage webhook: nothing applied."""
+
+
+def _ends(body: dict, end: str) -> tuple | None:
+    ref = body.get("spec", {}).get(end)
+    if not ref:
+        return None
+    return ref["apiVersion"], ref["kind"], ref["resourceRef"]["name"]
+
+
+def _identity(body: dict) -> tuple:
+    return body["apiVersion"], body["kind"], body["metadata"]["name"]
+
+
+def control_plane_pass(seen: sim.Observed, out) -> sim.Observed:
+    """What a control plane with Crossplane v2.2.1's Usage webhook and controller holds after
+    Crossplane garbage-collects what out no longer returns, then applies out: a deleted Usage
+    whose user exists stays, deleting (protection/usage/reconciler.go); a deletion of what any
+    Usage names, a deleting one included, is refused and nothing is applied
+    (composition_functions.go, finder.go)."""
+    existing = {_identity(r.body) for r in seen.resources.values()}
+    named = {_ends(r.body, "of") for r in seen.resources.values() if r.body["kind"] == "Usage"}
+    deleting = {}
+    for key, res in seen.resources.items():
+        if key in out.resources:
+            continue
+        body = res.body
+        if body["kind"] == "Usage":
+            if _ends(body, "by") in existing:
+                deleting[key] = body  # waits for its user
+        elif _identity(body) in named:
+            raise Refused(f"{key} is named by a Usage: the composition applies nothing")
+    after = sim.reported(out)
+    # A deleting Usage's user may have gone in this pass: then it goes too.
+    users = {_identity(r.body) for r in after.resources.values()}
+    for key, body in deleting.items():
+        if _ends(body, "by") in users:
+            after.resources[key] = sim.ObservedResource(body)
+    return after
+
+
+def run_passes(xr: dict, req: dict, seen: sim.Observed, passes: int = 12):
+    """Reconcile against control_plane_pass until nothing changes; every pass must apply."""
+    out = None
+    for _ in range(passes):
+        out = compose_cluster(xr, req, seen, ALL_INSTALLED)
+        after = control_plane_pass(seen, out)
+        if after.resources.keys() == seen.resources.keys() and all(
+            after.resources[k].body == seen.resources[k].body for k in after.resources
+        ):
+            return out, after
+        seen = after
+    raise AssertionError("no convergence")
+
+
+def test_a_pool_that_goes_leaves_after_the_usage_that_names_it():
+    """A node group outlives ClusterAuth by a Usage: when its pool leaves the spec, the Usage is
+    first rewritten without its user (ClusterAuth lives on, so deleting it would wait for ever
+    and the webhook would refuse the node group's deletion, failing every composition after),
+    then goes, then the node group goes."""
+    xr, out = converged("eks-on-demand")
+    seen = sim.reported(out)
+    pools = xr["spec"]["nodePools"]
+    gone = pools[-1]["name"]
+    xr = copy.deepcopy(xr)
+    xr["spec"]["nodePools"] = pools[:-1]
+    first = compose_cluster(xr, required("eks-on-demand"), seen, ALL_INSTALLED)
+    group = f"nodegroup-{gone}"
+    assert group in first.resources  # kept as it runs while a Usage names it
+    retiring = [
+        d.body
+        for k, d in first.resources.items()
+        if d.body["kind"] == "Usage" and k.startswith(f"usage-{group}-by-")
+    ]
+    assert retiring, "the node group's Usages"
+    for body in retiring:
+        assert "by" not in body["spec"], body
+        assert body["spec"]["reason"].startswith("modelplane.ai: retiring"), body
+    final, held = run_passes(xr, required("eks-on-demand"), seen)
+    assert group not in final.resources and group not in held.resources
+    assert not [k for k in held.resources if k.startswith(f"usage-{group}-")]
+
+
+def test_a_usage_an_earlier_release_composed_goes_without_waiting_for_its_user():
+    """A Usage the function no longer composes (an earlier release's order, now held another
+    way) whose user lives on is rewritten with a reason, then left out: no Usage is left
+    deleting for ever, and what it names is never refused a deletion."""
+    xr, out = converged("eks-on-demand")
+    seen = sim.reported(out)
+    (template,) = [
+        d.body
+        for k, d in out.resources.items()
+        if d.body["kind"] == "Usage" and k == "usage-iam-role-node-by-cluster"
+    ]
+    old = copy.deepcopy(template)
+    old["metadata"]["name"] = "old-usage-iam-role-node-by-system-nodegroup"
+    old["spec"]["by"] = {
+        "apiVersion": out.resources["system-nodegroup"].body["apiVersion"],
+        "kind": "NodeGroup",
+        "resourceRef": {"name": out.resources["system-nodegroup"].body["metadata"]["name"]},
+    }
+    seen.resources["usage-iam-role-node-by-system-nodegroup"] = sim.ObservedResource(old)
+    first = compose_cluster(xr, required("eks-on-demand"), seen, ALL_INSTALLED)
+    rewritten = first.resources["usage-iam-role-node-by-system-nodegroup"].body
+    assert "by" not in rewritten["spec"] and rewritten["spec"]["of"] == old["spec"]["of"]
+    final, held = run_passes(xr, required("eks-on-demand"), seen)
+    assert "usage-iam-role-node-by-system-nodegroup" not in held.resources
+    assert final.resources.keys() == out.resources.keys()
+
+
+def test_without_the_rewrite_the_control_plane_model_refuses(monkeypatch):
+    """The model above refuses what Crossplane refuses: a node group dropped with its Usage while
+    the Usage's user (ClusterAuth) lives."""
+    xr, out = converged("eks-on-demand")
+    seen = sim.reported(out)
+    xr = copy.deepcopy(xr)
+    xr["spec"]["nodePools"] = xr["spec"]["nodePools"][:-1]
+    monkeypatch.setattr(usages_, "retiring", lambda *_: {})
+    naive = compose_cluster(xr, required("eks-on-demand"), seen, ALL_INSTALLED)
+    with pytest.raises(Refused):
+        control_plane_pass(seen, naive)
