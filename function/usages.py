@@ -261,9 +261,11 @@ def retiring(
         out[key] = Desired(_without_user(res, by), ready=True)
     for key in gone:
         res = observed[key]
-        if key not in out and res.get("kind") not in _USAGE_KINDS:
-            if (res.get("apiVersion"), res.get("kind"), res.get("metadata", "name")) in guarded:
-                out[key] = Desired(as_desired(res.body), ready=res.ready)
+        kind = res.get("kind")
+        if key in out or kind in _USAGE_KINDS:
+            continue
+        if (res.get("apiVersion"), kind, res.get("metadata", "name")) in guarded:
+            out[key] = Desired(as_desired(res.body), ready=res.ready)
     return out
 
 

@@ -361,7 +361,7 @@ def test_an_anchor_that_changes_keeps_its_usages_which_move_to_the_new_resource_
 # --- Usages that go, and what they name -------------------------------------------------------
 
 
-class Refused(AssertionError):
+class RefusedError(AssertionError):
     """Crossplane's garbage collection refused by the Usage webhook: nothing applied."""
 
 
@@ -393,7 +393,7 @@ def control_plane_pass(seen: sim.Observed, out) -> sim.Observed:
             if _ends(body, "by") in existing:
                 deleting[key] = body  # waits for its user
         elif _identity(body) in named:
-            raise Refused(f"{key} is named by a Usage: the composition applies nothing")
+            raise RefusedError(f"{key} is named by a Usage: the composition applies nothing")
     after = sim.reported(out)
     # A deleting Usage's user may have gone in this pass: then it goes too.
     users = {_identity(r.body) for r in after.resources.values()}
@@ -481,5 +481,5 @@ def test_without_the_rewrite_the_control_plane_model_refuses(monkeypatch):
     xr["spec"]["nodePools"] = xr["spec"]["nodePools"][:-1]
     monkeypatch.setattr(usages_, "retiring", lambda *_: {})
     naive = compose_cluster(xr, required("eks-on-demand"), seen, ALL_INSTALLED)
-    with pytest.raises(Refused):
+    with pytest.raises(RefusedError):
         control_plane_pass(seen, naive)
