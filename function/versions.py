@@ -87,6 +87,15 @@ CHARTS: dict[str, Chart] = {
         version="v0.16.8",
         namespace="kai-scheduler",
     ),
+    # GPU metrics (function/serving/gpu_metrics.py): 4.8.3 is the first to read
+    # resource.k8s.io/v1 ResourceSlices, which kubernetesDRA needs on Kubernetes 1.34+. Its own
+    # namespace: the chart names its counters ConfigMap and Role the same in every release.
+    "dcgm-exporter": Chart(
+        name="dcgm-exporter",
+        repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
+        version="4.8.3",
+        namespace="modelplane-gpu-metrics",
+    ),
 }
 
 # Workload CRDs the function applies itself, by Go module: fetched at build time
@@ -106,7 +115,7 @@ CHART_CRDS: dict[str, str] = {
     "node-feature-discovery": "nfd-api-crds.yaml",
 }
 
-# Images the function runs itself (not through a chart).
+# Images the function runs itself (not through a chart), and a chart's image it pins.
 IMAGES: dict[str, str] = {
     "modelexpress-server": "nvcr.io/nvidia/ai-dynamo/modelexpress-server:0.5.0",
     # AKS InfiniBand: loads nvidia-peermem (Azure/aks-rdma-infiniband, nvidia-peermem-reloader).
@@ -117,6 +126,9 @@ IMAGES: dict[str, str] = {
     # The GPU health reporter (function/serving/gpu_health.py): upstream kubectl, with bash and jq
     # (kubernetes build/server-image/kubectl/Dockerfile, debian-base).
     "gpu-health-reporter": "registry.k8s.io/kubectl:v1.34.1",
+    # The DCGM exporter (CHARTS["dcgm-exporter"]): the chart's own image, pinned here by tag (the
+    # chart takes image.digest too; the digest was not read: nvcr.io was not reachable).
+    "dcgm-exporter": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
 }
 
 

@@ -16,7 +16,15 @@ import yaml
 
 from function import names, wire
 from function.models import CLOUD_BLOCKS
-from function.serving import drains, gateway, gpu_health, gpus, modelexpress, modelexpress_crds
+from function.serving import (
+    drains,
+    gateway,
+    gpu_health,
+    gpu_metrics,
+    gpus,
+    modelexpress,
+    modelexpress_crds,
+)
 from function.versions import CHART_CRDS, CHARTS
 from function.workload import GATEWAY_LOAD_BALANCER, GPU_TOLERATION
 
@@ -50,6 +58,8 @@ class Context:
     # The moves of a live cluster's objects whose new home now serves, by name (read from what is
     # observed: function/serving/modelexpress.py).
     moved: frozenset[str] = frozenset()
+    # Whether the GPU metrics release renders its ServiceMonitor (function/serving/gpu_metrics.py).
+    service_monitor: bool = False
 
 
 # A builder returns the manifest (or chart values), or None for "not now": a component already
@@ -522,6 +532,18 @@ CRITICAL_PODS_QUOTA = {
 }
 
 
+# The DCGM exporter's pods keep the chart's priority (system-node-critical: GPU metrics on the
+# busiest nodes too), which needs the same quota in its namespace.
+GPU_METRICS_QUOTA = {
+    **CRITICAL_PODS_QUOTA,
+    "metadata": {"name": "allow-critical-pods", "namespace": gpu_metrics.NAMESPACE},
+}
+
+
+def gpu_metrics_values(ctx: Context) -> dict:
+    return gpu_metrics.values(ctx.source, ctx.service_monitor, ctx.nvidia_driver_root)
+
+
 def _when_clients(build: Callable[[Context], dict]) -> Build:
     """Composed once an InferenceGateway has published a client CA."""
     return lambda ctx: build(ctx) if ctx.client_cas else None
@@ -692,6 +714,20 @@ def table() -> tuple[Component, ...]:
             after=(gpu_health.NAMESPACE_KEY,),
             policies=OBSERVE,
         ),
+        # GPU metrics (function/serving/gpu_metrics.py): the DCGM exporter on every GPU node, in
+        # a namespace of its own (Pod Security privileged: host paths, SYS_ADMIN).
+        manifest(
+            gpu_metrics.NAMESPACE_KEY,
+            namespace(gpu_metrics.NAMESPACE, PRIVILEGED),
+            inside=gpu_metrics.KEY,
+        ),
+        manifest(
+            gpu_metrics.QUOTA_KEY,
+            GPU_METRICS_QUOTA,
+            after=(gpu_metrics.NAMESPACE_KEY,),
+            inside=gpu_metrics.KEY,
+        ),
+        chart(gpu_metrics.KEY, gpu_metrics_values, after=(gpu_metrics.QUOTA_KEY,)),
         # On a cluster someone else runs, whether any node took the kubelet plugin (its GPU nodes
         # are labelled and tainted by its operator, not by us).
         manifest(

@@ -35,6 +35,7 @@ from function.serving import (
     gateway,
     gateway_api,
     gpu_health,
+    gpu_metrics,
     gpus,
     looking,
     modelexpress,
@@ -105,6 +106,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         load_balancer_annotations=load_balancer_annotations(inputs, cluster),
         source=inputs.xr.spec.cluster.source,
         moved=modelexpress.moves(observed),
+        service_monitor=gpu_metrics.service_monitor(observed),
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
     table = components(ctx.stack, inputs.xr.spec.cluster.source)
@@ -116,6 +118,10 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
     for component in table:
         walk.compose(component)
     pending, withheld, adopted = walk.pending, walk.withheld, walk.adopted
+    if reachable or gpu_metrics.SERVICE_MONITORS_KEY in observed:
+        facts.resources[gpu_metrics.SERVICE_MONITORS_KEY] = gpu_metrics.observer(
+            inputs.xr.name, cluster.provider_config
+        )
 
     probes = gpus.render(inputs, cluster.provider_config, _ready(observed.get(gpus.NAMESPACE_KEY)))
     facts.resources |= probes.resources

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from crossplane.function import resource
 
 from function import clock
-from function.serving import adoption, gateway_api, gpu_health
+from function.serving import adoption, gateway_api, gpu_health, gpu_metrics
 from function.versions import CHARTS, GATEWAY_API_BUNDLE
 from tests.sim import workload
 
@@ -382,6 +382,10 @@ def _object(body: dict, world: World) -> dict:
     observe_only = not {"*", "Create"} & set(spec.get("managementPolicies") or ["*"])
     manifest = spec.get("forProvider", {}).get("manifest", {})
     name = manifest.get("metadata", {}).get("name", "")
+    if observe_only and name == gpu_metrics.SERVICE_MONITOR_CRD:
+        # No cluster has Prometheus Operator's CRDs unless the world says so.
+        found = world.detected.get(name)
+        return {"manifest": ABSENT if found is None else found}
     if observe_only and name in DETECTED_NAMES:
         # What the function only looks for (function/serving/adoption.py): the world's (None:
         # absent), else the function's own, as its release installs it.
