@@ -361,7 +361,11 @@ class Cloud:
         complete = not (self.invalid_pools or self.waiting_pools)
         unready = [k for k, d in self.resources.items() if not d.ready]
         waiting, failing = unready_reasons(unready, self.observed, self.why)
-        waiting = {**self.pending, **waiting}
+        # What the cloud's rules know of a resource not composed yet comes first too.
+        pending = {
+            k: "; ".join(w for w in (self.why.get(k), v) if w) for k, v in self.pending.items()
+        }
+        waiting = {**pending, **waiting}
         if self.waiting_pools:
             reason = "WaitingForClasses"
             message = "waiting for the InferenceClasses of pools " + ", ".join(self.waiting_pools)
