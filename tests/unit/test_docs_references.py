@@ -10,6 +10,7 @@ import pytest
 from function.serving import adoption
 from function.versions import CHARTS, CLOUD_CHARTS
 from tests.conftest import ROOT
+from tests.releases import releases
 from tests.unit.test_docs import reasons_and_conditions
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -218,6 +219,13 @@ def test_every_page_an_example_points_to_exists():
         if found:
             broken[str(path.relative_to(ROOT))] = sorted(found)
     assert not broken, f"examples pointing at pages or sections that do not exist: {broken}"
+
+
+def test_the_current_release_says_what_to_do_before_upgrading():
+    # docs/operations.md's runbook starts from it.
+    current = releases()[0]
+    assert current.sections.get("Before upgrading", "").strip().startswith("Pulled out of")
+    assert "#upgrading-a-fleet" in (ROOT / "docs" / "operations.md").read_text()
 
 
 # --- each rule fails on a planted bad reference --------------------------------------------------
