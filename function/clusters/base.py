@@ -18,7 +18,7 @@ from typing import Any
 
 from function import caches, forcenew, kube, names, providerconfigs
 from function.clusters.facts import ClusterFacts
-from function.failures import failure
+from function.failures import failure, words
 from function.frozen import Composed
 from function.inputs import Inputs, ObservedResource
 from function.models import Credentials, InferenceClass, NodePool
@@ -357,11 +357,41 @@ class Cloud:
 
     # --- what the rest of the composition learns -------------------------------------------------
 
+    def credentials_missing(self, unready: Iterable[str]) -> str | None:
+        """What to do when a managed resource's provider reports that the ProviderConfig the
+        credentials name does not exist (a Warning too): the field and the name, then the
+        provider's words. Every source, so a wrong name is named whether or not the renderer
+        reads that ProviderConfig (GKE and Nebius say it first, from the required resource)."""
+        creds = self.credentials
+        if any(r.reason == "ProviderConfigNotFound" for r in self.results):
+            return None
+        for key in unready:
+            seen = self.observed(key)
+            synced = (seen.condition("Synced") or {}) if seen else {}
+            said = synced.get("message")
+            if synced.get("status") != "False" or not isinstance(said, str):
+                continue
+            if not missing_provider_config(said, creds.name):
+                continue
+            field = f"spec.cluster.{self.inputs.xr.spec.cluster.source.lower()}.credentials"
+            message = (
+                f"{field} names {creds.type} {creds.name!r}, which {key}'s provider cannot find: "
+                f"create it, or name one that exists ({words(said)})"
+            )
+            self.warn(message, reason="ProviderConfigNotFound")
+            return message
+        return None
+
     def facts(self, provider_config: str | None, storage_class: str | None) -> ClusterFacts:
         complete = not (self.invalid_pools or self.waiting_pools)
         unready = [k for k, d in self.resources.items() if not d.ready]
+        credentials = self.credentials_missing(unready)
         waiting, failing = unready_reasons(unready, self.observed, self.why)
-        waiting = {**self.pending, **waiting}
+        # What the cloud's rules know of a resource not composed yet comes first too.
+        pending = {
+            k: "; ".join(w for w in (self.why.get(k), v) if w) for k, v in self.pending.items()
+        }
+        waiting = {**pending, **waiting}
         if self.waiting_pools:
             reason = "WaitingForClasses"
             message = "waiting for the InferenceClasses of pools " + ", ".join(self.waiting_pools)
@@ -370,6 +400,8 @@ class Cloud:
         elif waiting:
             total = len(self.resources) + len(self.pending)
             reason, message = "Provisioning", describe_waiting(waiting, total, failing=failing)
+            if credentials:
+                message = f"{credentials}; {message}"[:_WAIT_MESSAGE_CHARS]
         else:
             reason, message = "Available", "control plane, node pools and kubeconfig are ready"
         return ClusterFacts(
@@ -403,6 +435,17 @@ def unready_reasons(
         told = "; ".join(w for w in ((why or {}).get(key), failed) if w)
         waiting[key] = told or observed_reason(seen)
     return waiting, frozenset(failing)
+
+
+def missing_provider_config(message: str, name: str) -> bool:
+    """Whether a provider's message says the ProviderConfig or ClusterProviderConfig called name
+    does not exist. The upjet providers resolve it before anything else and wrap the API
+    client's NotFound, `<Kind or resource>.<group> "<name>" not found`, in "cannot get referenced
+    ProviderConfig" (provider-upjet-aws v2.6.0 internal/clients/pc_resolver.go, provider-upjet-
+    nebius v1.0.1 internal/clients/nebius.go: upjet's provider template). Only the name is
+    matched, so another provider's prefix still counts."""
+    pattern = rf'(?i)\b(?:cluster)?providerconfigs?(?:\.[a-z0-9-]+)+ "{re.escape(name)}" not found'
+    return re.search(pattern, message) is not None
 
 
 def describe_waiting(

@@ -32,6 +32,9 @@ class Calendar:
     ends_source: str | None = None
     # What the cloud does past such an end, as far as it says.
     after_end: str = ""
+    # What the cloud does past its own end, when it says more than that it creates no cluster on
+    # the minor (EKS upgrades a STANDARD-support cluster itself).
+    past_end: str = ""
 
 
 def day(year: int, month: int, dom: int = 1) -> datetime:
@@ -75,6 +78,7 @@ def check(cloud: Cloud, calendar: Calendar, version: str) -> None:
             now = (
                 "supports the running cluster no longer" if created else "creates no cluster on it"
             )
+            now = calendar.past_end or now
             problem = (
                 f"is past {calendar.cloud}'s support since {end.date().isoformat()} "
                 f"({calendar.source}): {calendar.cloud} {now}; {choose}"
@@ -106,6 +110,53 @@ AKS = Calendar(
         (1, 35): day(2027, 4),
         (1, 36): day(2027, 7),
         (1, 37): day(2027, 11),
+    },
+)
+
+# EKS "Amazon EKS Kubernetes release calendar" (docs.aws.amazon.com eks/latest/userguide/
+# kubernetes-versions.html): End of standard support, the day extended support (billed per cluster
+# hour) begins. Read 2026-12-07 through the calendar's copies: awsdocs/amazon-eks-user-guide
+# (to 1.31, December 2024), endoflife.date's amazon-eks (its release_table of that page, to 1.34)
+# and AWS's sample-apex-skills cluster-lifecycle reference (1.35, verified 2026-04-24). 1.36 is
+# offered (the spec's default) with no end read yet. The cluster is composed with
+# upgradePolicy.supportType STANDARD (eks.py): past the end EKS upgrades it to the next minor
+# itself rather than bill extended support, so the version is not what runs.
+EKS = Calendar(
+    cloud="EKS",
+    field="spec.cluster.eks.kubernetesVersion",
+    source="Amazon EKS Kubernetes release calendar",
+    ends={
+        (1, 29): day(2025, 3, 23),
+        (1, 30): day(2025, 7, 23),
+        (1, 31): day(2025, 11, 26),
+        (1, 32): day(2026, 3, 23),
+        (1, 33): day(2026, 7, 29),
+        (1, 34): day(2026, 12, 2),
+        (1, 35): day(2027, 3, 27),
+        (1, 36): None,
+    },
+    past_end=(
+        "upgrades a cluster on it to the next minor itself (upgradePolicy.supportType STANDARD, "
+        "as composed), so the spec and the cluster disagree"
+    ),
+)
+
+# GKE "GKE release schedule" (cloud.google.com/kubernetes-engine/docs/release-schedule): End of
+# standard support, past which the REGULAR channel the cluster is enrolled in (gke.py) no longer
+# offers the minor and GKE upgrades control planes on it. Read 2026-12-07 through endoflife.date's
+# google-kubernetes-engine (its eol is that column, copied from the schedule); 1.36 is in the
+# Regular channel (GKE release notes, available minor versions) with no end read yet.
+GKE = Calendar(
+    cloud="GKE",
+    field="spec.cluster.gke.kubernetesVersion",
+    source="GKE release schedule",
+    ends={
+        (1, 31): day(2026, 1, 16),
+        (1, 32): day(2026, 4, 11),
+        (1, 33): day(2026, 8, 3),
+        (1, 34): day(2026, 10, 1),
+        (1, 35): day(2027, 4, 11),
+        (1, 36): None,
     },
 )
 

@@ -12,7 +12,7 @@ from datetime import timedelta
 import yaml
 
 from function import clock, kube, names, shapes
-from function.clusters import aws_network, eks_upgrade
+from function.clusters import aws_network, calendars, eks_upgrade
 from function.clusters.base import (
     GPU_TAINT,
     NO_LATE_INIT,
@@ -369,6 +369,7 @@ class EKSCluster:
         c.anchors = ("cluster-auth",)
         c.outlives.append(("cluster", "cluster-auth"))
         pools = c.pools("EKS", "eks")
+        calendars.check(c, calendars.EKS, self.version)
         self.zones = aws_network.render(c, self.region, self.cluster_name, self.tags)
         self.outlive_load_balancers()
         node_groups = {"system-nodegroup", *(f"nodegroup-{p.name}" for p in pools)}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from function import clock, kube, names, shapes
-from function.clusters import gke_driver, rollout
+from function.clusters import calendars, gke_driver, rollout
 from function.clusters.base import (
     NO_LATE_INIT,
     PROVIDER_CONFIG_KEYS,
@@ -217,6 +217,7 @@ class GKECluster:
             )
             c.warn(message, reason="ProviderConfigNotFound")
         pools = c.pools("GKE", "gke")
+        calendars.check(c, calendars.GKE, self.version)
         keyless = self.keyless(config)
         self.network()
         self.project_service(project)

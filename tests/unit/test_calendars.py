@@ -13,7 +13,14 @@ from function.inputs import Observed
 from tests.builders import all_classes, example, provider_configs
 from tests.unit import sim
 
-FIELD = {"aks": "aks", "aks-a10": "aks", "nebius": "nebius", "vultr": "vultr"}
+FIELD = {
+    "aks": "aks",
+    "aks-a10": "aks",
+    "nebius": "nebius",
+    "vultr": "vultr",
+    "eks": "eks",
+    "gke": "gke",
+}
 
 
 def render(name: str, version: str | None = None, observed: Observed | None = None):
@@ -49,7 +56,17 @@ def test_the_aks_default_is_past_support_and_is_warned_but_kept():
 
 
 def test_a_supported_version_says_nothing():
-    for name, version in (("aks", "1.35"), ("aks", "1.37"), ("nebius", "1.35"), ("vultr", None)):
+    supported = (
+        ("aks", "1.35"),
+        ("aks", "1.37"),
+        ("nebius", "1.35"),
+        ("vultr", None),
+        ("eks", None),
+        ("eks", "1.35"),
+        ("gke", None),
+        ("gke", "1.36"),
+    )
+    for name, version in supported:
         _, _, out = render(name, version)
         assert not warnings(out, "KubernetesVersionUnsupported"), name
         assert not warnings(out, "KubernetesVersionUnknown"), name
@@ -146,3 +163,33 @@ def test_the_calendars_are_in_order():
         assert ends == sorted(ends), calendar.cloud
     for preset, minors in calendars.NEBIUS_DRIVERS_PRESETS.items():
         assert minors, preset
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "since", "calendar", "choose"),
+    [
+        ("eks", "1.33", "2026-07-29", "Amazon EKS Kubernetes release calendar", "1.34"),
+        ("gke", "1.34", "2026-10-01", "GKE release schedule", "1.35"),
+    ],
+)
+def test_eks_and_gke_warn_a_minor_past_their_calendars_support(
+    name, version, since, calendar, choose
+):
+    # On the fixtures' clock (2026-12-01) EKS 1.34 has a day left; 1.33 is past it.
+    _, _, out = render(name, version)
+    (message,) = warnings(out, "KubernetesVersionUnsupported")
+    assert message.startswith(f"spec.cluster.{name}.kubernetesVersion {version} is past")
+    assert since in message and calendar in message and f"choose {choose} or newer" in message
+    if name == "eks":
+        assert "upgradePolicy.supportType STANDARD" in message
+    if "cluster" in out.resources:  # EKS composes it once its log group is there
+        body = out.resources["cluster"].body["spec"]["forProvider"]
+        assert version in (body.get("version"), body.get("minMasterVersion"))
+    assert f"Kubernetes {version} is past" in cluster_ready(out)
+
+
+def test_eks_and_gke_warn_a_minor_newer_than_their_calendars():
+    for name in ("eks", "gke"):
+        _, _, out = render(name, "1.39")
+        (message,) = warnings(out, "KubernetesVersionUnknown")
+        assert message.startswith(f"spec.cluster.{name}.kubernetesVersion 1.39 is newer than")

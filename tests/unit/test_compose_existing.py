@@ -5,6 +5,7 @@ import copy
 import pytest
 
 from function import clusters
+from function.clusters import existing
 from function.compose import compose_class, compose_cluster
 from function.inputs import Observed, ObservedResource
 from function.names import provider_config_name
@@ -96,7 +97,11 @@ def test_status_of_an_existing_cluster():
         ],
     }
     conditions = {c.type: c for c in out.conditions}
-    assert conditions["ClusterReady"].status is True
+    # Not ready before the cluster answered through its kubeconfig (test_cluster_ready_...).
+    assert (conditions["ClusterReady"].status, conditions["ClusterReady"].reason) == (
+        False,
+        "Connecting",
+    )
     assert conditions["ClassesResolved"].status is True
 
 
@@ -310,3 +315,113 @@ def test_cluster_without_node_pools_needs_no_classes():
     assert "gpuPools" not in out.status
     assert out.ready is False  # the stack is not installed yet
     assert next(c for c in out.conditions if c.type == "ClassesResolved").status is True
+
+
+def synced_false(body: dict, message: str) -> dict:
+    return {
+        **body,
+        "status": {
+            "conditions": [
+                {
+                    "type": "Synced",
+                    "status": "False",
+                    "reason": "ReconcileError",
+                    "message": message,
+                }
+            ]
+        },
+    }
+
+
+def cluster_ready(out):
+    return next(c for c in out.conditions if c.type == "ClusterReady")
+
+
+def second_pass():
+    """The first pass's ProviderConfigs observed: the answer Object is composed."""
+    xr, classes, first = first_pass()
+    observed = {k: d.body for k, d in first.resources.items()}
+    return xr, classes, observed, compose_cluster(xr, all_classes(classes), observe(observed))
+
+
+def test_cluster_ready_only_once_the_cluster_answered_through_its_kubeconfig():
+    _, _, first = first_pass()
+    assert existing.ANSWER_KEY not in first.resources  # the ProviderConfigs come first
+    assert "Secret modelplane-system/byo-cluster-kubeconfig key kubeconfig" in (
+        cluster_ready(first).message
+    )
+    xr, classes, observed, second = second_pass()
+    asked = second.resources[existing.ANSWER_KEY].body
+    assert asked["spec"]["managementPolicies"] == ["Observe"]
+    assert asked["spec"]["providerConfigRef"] == {"kind": "ClusterProviderConfig", "name": PC}
+    assert asked["spec"]["forProvider"]["manifest"] == {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "kube-system"},
+    }
+    assert cluster_ready(second).status is False  # composed, not answered yet
+    observed[existing.ANSWER_KEY] = ready(asked)
+    third = compose_cluster(xr, all_classes(classes), observe(observed))
+    assert (cluster_ready(third).status, cluster_ready(third).reason) == (True, "Available")
+    assert third.resources[existing.ANSWER_KEY].ready
+
+
+@pytest.mark.parametrize(
+    ("said", "hint"),
+    [
+        (
+            "connect failed: cannot create new client: cannot get credentials: cannot get "
+            'credentials secret: Secret "byo-cluster-kubeconfig" not found',
+            "the Secret or its key is missing",
+        ),
+        (
+            "connect failed: cannot create new client: failed to load kubeconfig: yaml: line 3",
+            "the key holds no kubeconfig the provider can load",
+        ),
+        ("observe failed: cannot get object: Unauthorized", "the API server refuses"),
+        (
+            "observe failed: cannot get object: dial tcp 10.0.0.1:443: i/o timeout",
+            "reachable from the providers' pods",
+        ),
+    ],
+)
+def test_a_cluster_that_does_not_answer_says_what_to_fix(said, hint):
+    xr, classes, observed, second = second_pass()
+    observed[existing.ANSWER_KEY] = synced_false(second.resources[existing.ANSWER_KEY].body, said)
+    out = compose_cluster(xr, all_classes(classes), observe(observed))
+    condition = cluster_ready(out)
+    assert (condition.status, condition.reason) == (False, "Unreachable")
+    assert condition.message.startswith(
+        "the cluster does not answer through the kubeconfig in Secret "
+        "modelplane-system/byo-cluster-kubeconfig key kubeconfig: "
+    )
+    assert hint in condition.message and said.split(" ")[-1] in condition.message
+    # Nothing is held back or dropped: the ProviderConfigs and what the stack composed stay.
+    assert set(out.resources) >= set(second.resources)
+
+
+def test_a_namespace_said_not_to_exist_is_an_answer():
+    xr, classes, observed, second = second_pass()
+    observed[existing.ANSWER_KEY] = synced_false(
+        second.resources[existing.ANSWER_KEY].body,
+        "cannot observe external resource: external resource does not exist",
+    )
+    out = compose_cluster(xr, all_classes(classes), observe(observed))
+    assert cluster_ready(out).status is True
+
+
+def test_a_live_cluster_stays_ready_while_the_answer_is_first_read():
+    # A cluster the previous release composed: its releases are Ready, the answer Object is new.
+    xr, classes, observed, second = second_pass()
+    observed["release-cert-manager"] = ready(
+        {"apiVersion": "helm.m.crossplane.io/v1beta1", "kind": "Release", "metadata": {}}
+    )
+    out = compose_cluster(xr, all_classes(classes), observe(observed))
+    assert existing.ANSWER_KEY in out.resources
+    assert cluster_ready(out).status is True
+    # ...but a refusal, once in, is said whatever ran before.
+    observed[existing.ANSWER_KEY] = synced_false(
+        out.resources[existing.ANSWER_KEY].body, "observe failed: Unauthorized"
+    )
+    refused = compose_cluster(xr, all_classes(classes), observe(observed))
+    assert cluster_ready(refused).status is False
