@@ -566,13 +566,20 @@ class GKECluster:
 
     def rollout(self, pools: list[Pool]) -> frozenset[str]:
         """The pools that ask for the control plane's version this reconcile: after a minor step
-        of the control plane (the spec's, or GKE's own), the system pool, then the GPU pools one
-        at a time. Otherwise none: GKE's auto-upgrade moves the pools to each patch of the
+        the spec asked for, the system pool, then the GPU pools one at a time. Otherwise none
+        (after GKE's own minor step too): GKE's auto-upgrade moves the pools to each patch of the
         control plane, inside the maintenance window and its exclusions."""
         have = minor(self.master_version())
         if have is None:
             return frozenset()
         self.pool_members = self.members(pools)
+        want = minor(self.version)
+        if want is not None and want < have:
+            # GKE moved the control plane past the spec itself: its auto-upgrade moves the pools
+            # too, inside the maintenance window and its exclusions, where a version the
+            # function set would be a manual upgrade, which ignores both (GKE "About Standard
+            # cluster upgrades").
+            return frozenset()
         if not any(lags(m, have) for m in self.pool_members):
             return frozenset()
         moving = rollout.movers(self.pool_members, have)

@@ -870,10 +870,12 @@ def test_a_live_pool_pinned_to_the_control_planes_build_lets_go_of_it_and_nothin
     assert asking(again) == {}
 
 
-def test_after_gke_moved_the_control_plane_the_pools_follow_one_at_a_time_and_the_xr_says_so():
+def test_after_gke_moved_the_control_plane_its_auto_upgrade_moves_the_pools_and_the_xr_says_so():
     """GKE upgraded the control plane past the spec (at the end of the minor's support): the
     control plane keeps asking for the spec's (a minimum, no downgrade asked), the XR says GKE
-    moved it, and the pools follow one at a time, the system pool first."""
+    moved it, and no pool is given a version: GKE's auto-upgrade moves them inside the
+    maintenance window, where a version set by the function would be a manual upgrade outside
+    it (GKE "About Standard cluster upgrades")."""
     _, _, converged = converge()
     xr, classes = example("gke")
     req = required(classes, provider_configs("gke"))
@@ -882,8 +884,11 @@ def test_after_gke_moved_the_control_plane_the_pools_follow_one_at_a_time_and_th
     again = compose_cluster(xr, req, seen)
     said = [r.message for r in again.results if r.reason == "VersionDowngrade"]
     assert said and "GKE moved the cluster past it" in said[0]
-    assert asking(again) == {"system-nodepool": "1.36.2-gke.7"}
+    assert asking(again) == {}
+    assert not [r for r in again.results if r.reason == "NodePoolsFollowing"]
     assert again.resources["cluster"].body == converged.resources["cluster"].body
+    for pool in POOLS:
+        assert again.resources[pool].body["spec"]["forProvider"]["management"]["autoUpgrade"]
 
 
 def test_the_control_plane_moves_one_minor_version_at_a_time():
