@@ -76,12 +76,15 @@ def compose_cluster(
         resources,
     )
     resources |= guards
-    # A Usage that goes while its user stays, and what a Usage still names, go in their turn.
-    retired = usages.retiring(observed.resources, resources, guards.keys())
-    resources |= retired
     complete = cluster.complete and inputs.classes.complete
+    retired: dict[str, Desired] = {}
     if not complete:
         resources = {**carry_forward(observed, resources), **resources}
+    else:
+        # A Usage that goes while its user stays, and what a Usage still names, go in their
+        # turn (only a complete composition lets anything go at all).
+        retired = usages.retiring(observed.resources, resources, guards.keys())
+        resources |= retired
     resources = dict(sorted(resources.items()))  # once: the failures pass keeps this order
     # Ready once the cluster and its whole stack are; a gateway still waiting for its first
     # client is closed by design, not unready.
