@@ -100,9 +100,10 @@ class Component:
     # Charts: the components that apply the chart's own CRDs (also in `after`). The release is
     # installed without them (skipCRDs) and moves to a new chart version only once they have.
     crds: tuple[str, ...] = ()
-    # Charts: the component of the Job that applies the chart's crds/ (crd_job.py; also in
-    # `after`). The release is installed without them (skipCRDs) and moves to a new chart
-    # version only once that version's Job is Complete.
+    # Charts: the component of the Job that applies the chart's crds/ (crd_job.py). The release
+    # is first installed once it is Complete, without them (skipCRDs), and moves to a new chart
+    # version only once that version's Job is. Not in `after`: the release's deletion order
+    # (its Usages) stays as it was, and a finished Job orders nothing at deletion.
     crd_job: str = ""
     # A component of an earlier layout that a new one replaces: composed only where it already
     # runs (never first created), and no longer once retired(observed) says its replacement
@@ -117,8 +118,6 @@ class Component:
 def chart(key: str, values: dict | Build, *, crds: tuple[str, ...] = (), **kw) -> Component:
     if crds:
         kw["after"] = (*kw.get("after", ()), *crds)
-    if kw.get("crd_job"):
-        kw["after"] = (*kw.get("after", ()), kw["crd_job"])
     return _component(key, values, chart=True, crds=crds, **kw)
 
 

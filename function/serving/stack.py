@@ -538,6 +538,8 @@ def _blocked(
         for d in needs
         if not _stands(adopted.get(RESOURCE_KEYS[d])) and not _ready(observed.get(RESOURCE_KEYS[d]))
     ]
+    if component.crd_job and not _ready(observed.get(component.crd_job)):
+        blocked.append(component.crd_job)  # its CRDs first (the Object: Ready once Complete)
     if component.key == DRA_DRIVER:  # the node driver a cloud installs itself comes first
         blocked += [k for k in cluster.nvidia_driver_installers if not _ready(observed.get(k))]
     return blocked

@@ -266,9 +266,20 @@ def _job(out, conditions: list[dict], name: str | None = None) -> dict:
 
 
 def test_the_release_is_installed_after_its_job_and_skips_its_crds():
-    _, _, out = converged()
+    xr, classes, out = converged()
     lws = next(c for c in COMPONENTS if c.key == "leader-worker-set")
-    assert LWS_JOB in lws.after
+    assert lws.crd_job == LWS_JOB and LWS_JOB not in lws.after  # no Usage: deletion as before
+    # Not installed while its Job runs.
+    req = required(classes, [inference_gateway("fleet-a")])
+    first = _live(out, "v0.8.0", _job(out, []))
+    del first.resources[LWS]
+    job = first.resources[LWS_JOB].body["status"]
+    job["conditions"] = [c for c in job["conditions"] if c["type"] != "Ready"] + [
+        {"type": "Ready", "status": "False", "reason": "Unavailable"}
+    ]
+    waiting = compose_cluster(xr, req, first, INSTALLED)
+    assert LWS not in waiting.resources
+    assert LWS_JOB in condition(waiting, "BackendReady").message
     assert out.resources[LWS].body["spec"]["forProvider"]["skipCRDs"] is True
     job = out.resources[LWS_JOB].body["spec"]
     assert job["readiness"]["celQuery"] == crd_job.JOB_COMPLETE

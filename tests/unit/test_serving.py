@@ -459,7 +459,6 @@ def test_envoy_gateway_installs_after_the_inferencepool_crd_and_its_grant_to_rea
     assert set(by_key["envoy-gateway"].after) == {
         "gaie-crd-inferencepools",
         "envoy-gateway-inferencepool-reader-binding",
-        "crds-envoy-gateway-job",  # its crds/ (function/serving/crd_job.py)
     }
     _, _, out = converged()
     role = out.resources["envoy-gateway-inferencepool-reader"].body["spec"]["forProvider"]
