@@ -88,11 +88,11 @@ PROVIDER_K8S    := $(TOOLS_BIN)/provider-kubernetes
 PROVIDERS       := $(PROVIDER_HELM) $(PROVIDER_K8S)
 # The loopback stand-in of Nebius IAM's token exchange the providers' gosdk calls (tests/tools/nebiusiam).
 NEBIUS_IAM      := $(TOOLS_BIN)/nebius-iam
-# The local OCI registry (CNCF Distribution) and the CRD Job's registry client (crane, at the version
+# The local OCI registry (CNCF Distribution) and the CRD Job's registry client (oras, at the version
 # the Job's image pins in function/versions.py) of tests/e2e/test_crd_job.py, each from a pinned
-# wrapper module (tests/tools/registry, tests/tools/crane).
+# wrapper module (tests/tools/registry, tests/tools/oras).
 REGISTRY        := $(TOOLS_BIN)/registry
-CRANE           := $(TOOLS_BIN)/crane
+ORAS            := $(TOOLS_BIN)/oras
 tool_version     = $(shell awk '$$1 == "require" && $$2 == "$(2)" {print $$3}' tests/tools/$(1)/go.mod)
 provider_version = $(shell awk '$$1 == "require" && $$2 == "github.com/crossplane-contrib/$(1)" {print $$3}' $(PROV_MODS)/$(2)/go.mod)
 required         = $(shell awk '$$1 == "require" && $$2 == "$(2)" {print $$3}' $(CP_MODS)/$(1)/go.mod)
@@ -103,7 +103,7 @@ K8S_LDFLAGS     := -s -w -X $(K8S_VERSION_PKG).gitVersion=$(K8S_VERSION) \
 	-X $(K8S_VERSION_PKG).gitMajor=$(patsubst v%,%,$(word 1,$(subst ., ,$(K8S_VERSION)))) \
 	-X $(K8S_VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION))) -X $(K8S_VERSION_PKG).gitTreeState=clean
 
-e2e-tools: $(E2E_TOOLS) $(PROVIDERS) $(NEBIUS_IAM) $(REGISTRY) $(CRANE)
+e2e-tools: $(E2E_TOOLS) $(PROVIDERS) $(NEBIUS_IAM) $(REGISTRY) $(ORAS)
 
 $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL): $(CP_MODS)/kubernetes/go.mod $(CP_MODS)/kubernetes/go.sum
 	mkdir -p $(TOOLS_BIN)
@@ -149,9 +149,9 @@ $(REGISTRY): tests/tools/registry/go.mod tests/tools/registry/go.sum | $(NEBIUS_
 		-ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$(call tool_version,registry,github.com/distribution/distribution/v3)" \
 		github.com/distribution/distribution/v3/cmd/registry
 
-$(CRANE): tests/tools/crane/go.mod tests/tools/crane/go.sum | $(REGISTRY)
+$(ORAS): tests/tools/oras/go.mod tests/tools/oras/go.sum | $(REGISTRY)
 	mkdir -p $(TOOLS_BIN)
-	cd tests/tools/crane && go build -trimpath -ldflags "-s -w" -o $@ github.com/google/go-containerregistry/cmd/crane
+	cd tests/tools/oras && go build -trimpath -ldflags "-s -w" -o $@ oras.land/oras/cmd/oras
 
 ## Render a bundled example (EXAMPLE=existing|gke|eks|aks|nebius|vultr) with the real crossplane CLI.
 render: setup
