@@ -151,7 +151,8 @@ $(REGISTRY): tests/tools/registry/go.mod tests/tools/registry/go.sum | $(NEBIUS_
 
 $(ORAS): tests/tools/oras/go.mod tests/tools/oras/go.sum | $(REGISTRY)
 	mkdir -p $(TOOLS_BIN)
-	cd tests/tools/oras && go build -trimpath -ldflags "-s -w" -o $@ oras.land/oras/cmd/oras
+	cd tests/tools/oras && go build -trimpath -o $@ \
+		-ldflags "-s -w -X oras.land/oras/internal/version.BuildMetadata=" oras.land/oras/cmd/oras
 
 ## Render a bundled example (EXAMPLE=existing|gke|eks|aks|nebius|vultr) with the real crossplane CLI.
 render: setup
