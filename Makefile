@@ -211,5 +211,12 @@ package: $(CROSSPLANE) $(WORKLOAD_CRDS)
 		$(if $(wildcard $(IMAGE_TAR)),--embed-runtime-image-tarball=$(IMAGE_TAR)) \
 		--package-file=$(PKG_OUT)/function/function-inference-cluster.xpkg
 
+## Before a release is tagged: every chart and image the CRD Job fetches is pinned by digest
+## (function/versions.py CHART_DIGESTS, IMAGE_DIGESTS).
+.PHONY: release-pins
+release-pins: $(VENV)/.stamp
+	@$(VENV)/bin/python -c 'import sys; from function.versions import unpinned; \
+		left = unpinned(); print("not pinned by digest:", ", ".join(left) or "none"); sys.exit(bool(left))'
+
 clean:
 	rm -rf $(VENV) .tools _output

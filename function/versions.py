@@ -106,6 +106,111 @@ CHART_CRDS: dict[str, str] = {
     "node-feature-discovery": "nfd-api-crds.yaml",
 }
 
+# Charts whose crds/ a Job on the workload cluster applies before the release moves
+# (function/serving/crd_job.py), by release key: each file of crds/ by its path inside the chart
+# archive, the sha256 of its bytes as published (tests/unit/test_crd_job.py reads them in
+# ../shared/charts) and the CRDs it holds. Bump with the chart: a new version's files, sums, names.
+GATEWAY_API_CRDS_FILE = "gateway-helm/charts/crds/crds/gatewayapi-crds.yaml"
+CHART_CRD_FILES: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
+    # gateway-helm v1.8.3: Gateway API v1.5.1 (experimental channel) and Envoy Gateway's own, in
+    # the local subchart charts/crds (its templates/ hold the safe-upgrade policy, not CRDs).
+    "envoy-gateway": (
+        (
+            GATEWAY_API_CRDS_FILE,
+            "0626709ca94028462d7e4d727f50d73dc2ba9b24d53f17a45938d9f4eb727ff1",
+            (
+                *(
+                    f"{plural}.gateway.networking.k8s.io"
+                    for plural in (
+                        "backendtlspolicies",
+                        "gatewayclasses",
+                        "gateways",
+                        "grpcroutes",
+                        "httproutes",
+                        "listenersets",
+                        "referencegrants",
+                        "tcproutes",
+                        "tlsroutes",
+                        "udproutes",
+                    )
+                ),
+                "xbackendtrafficpolicies.gateway.networking.x-k8s.io",
+                "xmeshes.gateway.networking.x-k8s.io",
+            ),
+        ),
+        *(
+            (
+                f"gateway-helm/charts/crds/crds/generated/gateway.envoyproxy.io_{plural}.yaml",
+                sha256,
+                (f"{plural}.gateway.envoyproxy.io",),
+            )
+            for plural, sha256 in (
+                ("backends", "456cbad5d7efd20e4e1bcbe00caea177f711b66c28e96dd75f8507c53ab3eea6"),
+                (
+                    "backendtrafficpolicies",
+                    "3b285efcb7d8f9c292f386528d83a61bd719d992a67f9c48a848353f10655e66",
+                ),
+                (
+                    "clienttrafficpolicies",
+                    "5322c533fd33282cce6eba9405331477872a06fafebaac20026bb6d08ff4a291",
+                ),
+                (
+                    "envoyextensionpolicies",
+                    "8370ddaf25e0cdcf248aba4672c3aaad071322bc55d0f543a4f0c6dd7a6e5254",
+                ),
+                (
+                    "envoypatchpolicies",
+                    "8e9110c32b414ea5c43a85e272dc2dee8917ed0bfa36a9a2b72fde1f3fba6083",
+                ),
+                (
+                    "envoyproxies",
+                    "a1efb63b00659fe8dae385236deb20a29619b5537a9552b60940dc6425924a2e",
+                ),
+                (
+                    "httproutefilters",
+                    "ebba11783da910e78829941deeb3c6701ba95b4cddb9f595382c71793546efca",
+                ),
+                (
+                    "securitypolicies",
+                    "f156487aeb871a5f946d10153de0676b1e69a2b42be7a1259e2619a75adc4951",
+                ),
+            )
+        ),
+    ),
+    "leader-worker-set": (
+        (
+            "lws/crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+            "988424a32228c3b494c1a11bb2856c6425c435fc1dbf47d95dc940d2eada15f8",
+            ("leaderworkersets.leaderworkerset.x-k8s.io",),
+        ),
+    ),
+    # Compute domains are off (components.dra_driver_values), but the chart's CRDs still move
+    # with it: a live cluster's are 25.12.0's until the Job applies 0.4.1's.
+    "nvidia-dra-driver": (
+        (
+            "dra-driver-nvidia-gpu/crds/resource.nvidia.com_computedomaincliques.yaml",
+            "bc822436bb7f516c51a6adb8ef503a8fda8b7e151aff723897a0fb3072a20c1f",
+            ("computedomaincliques.resource.nvidia.com",),
+        ),
+        (
+            "dra-driver-nvidia-gpu/crds/resource.nvidia.com_computedomains.yaml",
+            "653b477ad084f6cfed479ecdcc1149f3c14499bcac2ae1d2acbb82ccf7419f89",
+            ("computedomains.resource.nvidia.com",),
+        ),
+    ),
+}
+
+# The OCI manifest digest of each chart CHART_CRD_FILES names, at its version: the Job fetches
+# the chart by it when pinned. None: not verifiable from where this was written (the published
+# archives' bytes cannot be rebuilt: ../shared/charts/SOURCES.md), so the Job fetches by tag and
+# checks every file it applies against its sha256 above; `make release-pins` (before a release is
+# tagged) fails while any is None.
+CHART_DIGESTS: dict[str, str | None] = {
+    "envoy-gateway": None,
+    "leader-worker-set": None,
+    "nvidia-dra-driver": None,
+}
+
 # Images the function runs itself (not through a chart).
 IMAGES: dict[str, str] = {
     "modelexpress-server": "nvcr.io/nvidia/ai-dynamo/modelexpress-server:0.5.0",
@@ -117,7 +222,29 @@ IMAGES: dict[str, str] = {
     # The GPU health reporter (function/serving/gpu_health.py): upstream kubectl, with bash and jq
     # (kubernetes build/server-image/kubectl/Dockerfile, debian-base).
     "gpu-health-reporter": "registry.k8s.io/kubectl:v1.34.1",
+    # The CRD Job (function/serving/crd_job.py): oras fetches the chart (alpine-based; runs as
+    # any user), kubectl (with bash, jq, coreutils and tar: the image above) applies its CRDs.
+    "oras": "ghcr.io/oras-project/oras:v1.2.3",
+    "kubectl": "registry.k8s.io/kubectl:v1.34.1",
 }
+
+# Each image's digest, appended to IMAGES' reference when pinned; None: not verifiable from where
+# this was written, to be filled (`crane digest <image>`) before a release: `make release-pins`
+# fails while any is None.
+IMAGE_DIGESTS: dict[str, str | None] = {"oras": None, "kubectl": None}
+
+
+def image(key: str) -> str:
+    """IMAGES[key], by digest when pinned."""
+    digest = IMAGE_DIGESTS.get(key)
+    return f"{IMAGES[key]}@{digest}" if digest else IMAGES[key]
+
+
+def unpinned() -> list[str]:
+    """What must be pinned by digest before a release (CHART_DIGESTS, IMAGE_DIGESTS)."""
+    return [f"chart {k}" for k, d in CHART_DIGESTS.items() if d is None] + [
+        f"image {k}" for k, d in IMAGE_DIGESTS.items() if d is None
+    ]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,270 @@
+"""A chart's crds/, moved by a Job on the workload cluster before its release moves.
+
+Helm installs a chart's crds/ once and never upgrades them (helm.sh/docs/chart_best_practices/
+custom_resource_definitions), provider-helm offers only skipCRDs, and some charts' CRDs fit
+neither a Helm release Secret nor an Object (docs/stack.md, "CRDs that move with their charts").
+So, as Envoy Gateway's and LeaderWorkerSet's install guides tell Helm users (and as Flux's
+`crds: CreateReplace` and Sveltos's `upgradeCRDs` do), the CRDs are applied by server-side apply
+from the very chart the release installs, then waited for until Established; the release is
+installed with skipCRDs and moves to a new chart version only once its Job is Complete
+(function/serving/stack.py).
+
+Contract (kept stable; the e2e proof runs the same commands as processes):
+- `job_resources(spec)`: the four manifests, by role (SERVICE_ACCOUNT, CLUSTER_ROLE, BINDING, JOB),
+  a pure function of the ChartCRDs;
+- the Job's pod: an init container `fetch` (upstream oras, IMAGES["oras"]) runs
+  `fetch_args(spec)`: `oras cp --to-oci-layout <ref> $WORK/chart:<version>`, the chart's OCI
+  artifact by manifest digest when one is pinned (else by tag), every blob checked against its
+  digest by oras; then the container `apply` (upstream kubectl, IMAGES["kubectl"]) runs
+  `bash -c APPLY_SCRIPT` with `apply_env(spec)`: it unpacks the chart layer, checks each selected
+  file against its pinned sha256 (the bytes of the published chart's crds/, which the tests read
+  in ../shared/charts), applies them with `kubectl apply --server-side --force-conflicts
+  --field-manager=MANAGER`, and waits until each CRD is Established;
+- both share `$WORK` (an emptyDir; HOME too, for kubectl's discovery cache and oras's config).
+
+RBAC by CRD name: get, list and watch (kubectl wait lists and watches with a metadata.name field
+selector, which resourceNames admits), patch, and create, since a server-side apply that creates
+the object is authorised as `create` *with the object's name* (kube-apiserver
+staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go, createAuthorizerAttributes), so
+resourceNames bounds it too. Nothing may delete a CRD.
+"""
+
+import hashlib
+from dataclasses import dataclass
+
+from function import names
+from function.versions import CHART_CRD_FILES, CHART_DIGESTS, CHARTS, GATEWAY_API_CRDS_FILE, image
+
+# The field manager the Job applies as: over CRDs Helm installed, --force-conflicts takes the
+# fields whose values differ (server-side apply), the rest are shared with Helm's manager.
+MANAGER = "modelplane-crds"
+# Where a Helm chart's content is in its OCI manifest (helm.sh/docs/topics/registries: the chart
+# archive is the one layer of this media type).
+HELM_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+WORK = "/work"
+# Long enough for 20 CRDs to be Established on a slow API server; the Job is retried
+# BACKOFF_LIMIT times, then Failed (holding the release, with the reason in BackendReady).
+WAIT_TIMEOUT = "300s"
+BACKOFF_LIMIT = 2
+DEADLINE_SECONDS = 1800
+
+SERVICE_ACCOUNT, CLUSTER_ROLE, BINDING, JOB = "serviceaccount", "clusterrole", "binding", "job"
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+@dataclass(frozen=True)
+class CRDFile:
+    """One file of the chart's crds/: its path inside the chart archive (which starts with the
+    chart's name), the sha256 of its bytes, and the CRDs it holds."""
+
+    path: str
+    sha256: str
+    crds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ChartCRDs:
+    """What one Job applies: the chart the release installs (reference without oci://, version,
+    and its OCI manifest digest when pinned), and the files of its crds/ to apply."""
+
+    key: str
+    reference: str
+    version: str
+    files: tuple[CRDFile, ...]
+    digest: str | None = None
+    # Tests only: a registry served over plain HTTP.
+    plain_http: bool = False
+
+    @property
+    def crds(self) -> tuple[str, ...]:
+        return tuple(sorted(name for f in self.files for name in f.crds))
+
+    @property
+    def source(self) -> str:
+        """The artifact oras copies: by digest when pinned (oras checks it), else by tag."""
+        return (
+            f"{self.reference}@{self.digest}" if self.digest else f"{self.reference}:{self.version}"
+        )
+
+
+def chart_crds(key: str, *, gateway_api: bool = True) -> ChartCRDs:
+    """The Job's input for a release key of CHART_CRD_FILES, at the chart's pinned version;
+    without gateway_api, gateway-helm's Gateway API CRDs are left out (on an Existing cluster
+    whose Gateway API CRDs are someone else's: function/serving/gateway_api.py)."""
+    chart = CHARTS[key]
+    files = tuple(
+        CRDFile(path, sha256, crds)
+        for path, sha256, crds in CHART_CRD_FILES[key]
+        if gateway_api or path != GATEWAY_API_CRDS_FILE
+    )
+    return ChartCRDs(
+        key=key,
+        reference=f"{chart.repository.removeprefix('oci://')}/{chart.name}",
+        version=chart.version,
+        files=files,
+        digest=CHART_DIGESTS.get(key),
+    )
+
+
+def name(spec: ChartCRDs) -> str:
+    """The Job's name (and its RBAC's): the chart version and a hash of what it applies, so a new
+    version or another selection of files is a new Job (a Job's pod template is immutable)."""
+    made_of = "\n".join([spec.source, *(f"{f.sha256} {f.path}" for f in spec.files)])
+    digest = hashlib.sha256(made_of.encode()).hexdigest()[:8]
+    version = spec.version.lower().replace(".", "-").replace("+", "-")
+    return f"mp-crds-{spec.key}-{version}-{digest}"[:63].rstrip("-")
+
+
+def rbac_name(spec: ChartCRDs) -> str:
+    """The ServiceAccount, ClusterRole and binding: one per chart, updated in place as its CRDs
+    change (a new version's Job runs as the same account)."""
+    return f"mp-crds-{spec.key}"
+
+
+def fetch_args(spec: ChartCRDs) -> list[str]:
+    """oras's arguments: the chart's artifact into an OCI layout under $WORK/chart."""
+    args = ["cp", "--to-oci-layout"]
+    if spec.plain_http:
+        args.append("--from-plain-http")
+    return [*args, spec.source, f"{WORK}/chart:{spec.version}"]
+
+
+# Reads the layout oras wrote, unpacks the chart layer, checks the pinned files, applies them and
+# waits for them. CHECKSUMS is sha256sum's format (one "<sha256>  <path>" a line), CRDS the
+# names. Every step fails the container (set -e), and the Job, loudly.
+APPLY_SCRIPT = """set -euo pipefail
+layout="$WORK/chart" unpacked="$WORK/unpacked"
+blob() { echo "$layout/blobs/${1/://}"; }
+manifest=$(jq -r '.manifests[0].digest' "$layout/index.json")
+layer=$(jq -r --arg t "$HELM_LAYER" '[.layers[] | select(.mediaType == $t)][0].digest' \\
+  "$(blob "$manifest")")
+mkdir -p "$unpacked"
+tar -xzf "$(blob "$layer")" -C "$unpacked"
+cd "$unpacked"
+sha256sum --check --strict <<<"$CHECKSUMS"
+mapfile -t files < <(cut -c67- <<<"$CHECKSUMS")
+kubectl apply --server-side --force-conflicts --field-manager="$MANAGER" "${files[@]/#/-f}"
+read -ra crds <<<"$CRDS"
+kubectl wait --for condition=Established --timeout="$WAIT_TIMEOUT" "${crds[@]/#/crd/}"
+"""
+
+
+def apply_env(spec: ChartCRDs) -> dict[str, str]:
+    """The apply container's environment (HOME and WORK are the shared emptyDir)."""
+    return {
+        "WORK": WORK,
+        "HOME": WORK,
+        "HELM_LAYER": HELM_LAYER,
+        "MANAGER": MANAGER,
+        "WAIT_TIMEOUT": WAIT_TIMEOUT,
+        "CHECKSUMS": "\n".join(f"{f.sha256}  {f.path}" for f in spec.files),
+        "CRDS": " ".join(spec.crds),
+    }
+
+
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def job_resources(spec: ChartCRDs, namespace: str = names.SYSTEM_NAMESPACE) -> dict[str, dict]:
+    """The Job that applies the chart's CRDs, the account it runs as, and what that may do."""
+    account = rbac_name(spec)
+    meta = {"name": account, "labels": {"app.kubernetes.io/name": "mp-crds"}}
+    subjects = [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+    rule = {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "resourceNames": list(spec.crds),
+        "verbs": ["get", "list", "watch", "create", "patch"],
+    }
+    return {
+        SERVICE_ACCOUNT: {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {**meta, "namespace": namespace},
+        },
+        CLUSTER_ROLE: {
+            "apiVersion": f"{RBAC_GROUP}/v1",
+            "kind": "ClusterRole",
+            "metadata": meta,
+            "rules": [rule],
+        },
+        BINDING: {
+            "apiVersion": f"{RBAC_GROUP}/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": account},
+            "subjects": subjects,
+        },
+        JOB: job(spec, namespace),
+    }
+
+
+def job(spec: ChartCRDs, namespace: str) -> dict:
+    """The Job: no ttlSecondsAfterFinished (provider-kubernetes would make a deleted Job again
+    and run it anew), a few retries, restricted Pod Security, on any node that takes an
+    untolerated pod (the system nodes)."""
+    scratch = [{"name": "work", "mountPath": WORK}]
+    labels = {"app.kubernetes.io/name": "mp-crds", "modelplane.ai/chart": spec.key}
+    env = apply_env(spec)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name(spec), "namespace": namespace, "labels": labels},
+        "spec": {
+            "backoffLimit": BACKOFF_LIMIT,
+            "activeDeadlineSeconds": DEADLINE_SECONDS,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": rbac_name(spec),
+                    "restartPolicy": "Never",
+                    "enableServiceLinks": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65534,
+                        "runAsGroup": 65534,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "initContainers": [
+                        {
+                            "name": "fetch",
+                            "image": image("oras"),
+                            "args": fetch_args(spec),
+                            "env": [{"name": "HOME", "value": WORK}],
+                            "resources": {
+                                "requests": {"cpu": "10m", "memory": "32Mi"},
+                                "limits": {"memory": "128Mi"},
+                            },
+                            "securityContext": RESTRICTED,
+                            "volumeMounts": scratch,
+                        }
+                    ],
+                    "containers": [
+                        {
+                            "name": "apply",
+                            "image": image("kubectl"),
+                            "command": ["bash", "-c", APPLY_SCRIPT],
+                            "env": [{"name": k, "value": v} for k, v in env.items()],
+                            "resources": {
+                                "requests": {"cpu": "50m", "memory": "64Mi"},
+                                "limits": {"memory": "512Mi"},
+                            },
+                            "securityContext": RESTRICTED,
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                            "volumeMounts": scratch,
+                        }
+                    ],
+                    "volumes": [{"name": "work", "emptyDir": {"sizeLimit": "64Mi"}}],
+                },
+            },
+        },
+    }
+
+
+JOB_COMPLETE = "has(object.status) && has(object.status.conditions) && " + (
+    "object.status.conditions.exists(c, c.type == 'Complete' && c.status == 'True')"
+)
