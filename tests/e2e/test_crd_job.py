@@ -53,7 +53,7 @@ from tests.e2e.controlplane import (
     free_port,
     kubeconfig_text,
 )
-from tests.e2e.kube import Kube, condition
+from tests.e2e.kube import Kube, condition, wait_for
 from tests.e2e.workload import BINARIES as WORKLOAD_BINARIES
 from tests.e2e.workload import WorkloadCluster
 
@@ -526,6 +526,81 @@ def test_a_crd_the_pins_do_not_name_is_refused_and_fails_the_job(setup: Setup):
     assert (after or {}).get("metadata", {}).get("resourceVersion") == (before or {}).get(
         "metadata", {}
     ).get("resourceVersion")
+
+
+def container_status(container: dict, ran: Ran | None, waiting: str = "PodInitializing") -> dict:
+    """A container's status as the kubelet reports it: terminated with its exit code (and, with
+    FallbackToLogsOnError, its log's end as the message when it failed), or still waiting."""
+    status = {"name": container["name"], "image": container["image"], "imageID": "",
+              "ready": False, "restartCount": 0}  # fmt: skip
+    if ran is None:
+        return {**status, "state": {"waiting": {"reason": waiting}}}
+    terminated: dict = {"exitCode": ran.returncode, "reason": "Completed" if not ran.returncode
+                        else "Error"}  # fmt: skip
+    if ran.returncode and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+        terminated["message"] = "\n".join(ran.output.splitlines()[-80:])[-4096:]
+    return {**status, "state": {"terminated": terminated}}
+
+
+def play_kubelet(setup: Setup, job: dict, folder: Path, timeout: float = 150) -> dict:
+    """The Job, created on the workload cluster, run by the real Job controller: each pod it makes
+    (unscheduled: this cluster has no node) is run here (run_pod, with the account's token) and
+    its outcome reported in its status as the kubelet would, until the controller finishes the
+    Job; the Job as the controller left it."""
+    kube, meta = setup.kube, job["metadata"]
+    kube.apply(job, manager="provider-kubernetes")
+    pod_spec = job["spec"]["template"]["spec"]
+    containers = [*pod_spec.get("initContainers", []), *pod_spec["containers"]]
+    folder.mkdir()
+    kubeconfig = service_account_kubeconfig(setup, job, folder)
+    played: set[str] = set()
+
+    def finished() -> dict | None:
+        got = kube.get("batch/v1", "Job", meta["name"], meta["namespace"])
+        if any(condition(got, t).get("status") == "True" for t in ("Complete", "Failed")):
+            return got
+        pods = kube.list("v1", "Pod", meta["namespace"], label_selector=f"job-name={meta['name']}")
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            if name in played or pod["status"].get("phase") in ("Succeeded", "Failed"):
+                continue
+            played.add(name)
+            ran = {r.container: r for r in run_pod(job, kubeconfig, folder / name)}
+            failed = any(r.returncode for r in ran.values())
+            statuses = [container_status(c, ran.get(c["name"])) for c in containers]
+            inits = len(pod_spec.get("initContainers", []))
+            kube.patch(
+                "v1", "Pod", name,
+                {"status": {"phase": "Failed" if failed else "Succeeded",
+                            "initContainerStatuses": statuses[:inits],
+                            "containerStatuses": statuses[inits:]}},
+                namespace=meta["namespace"], subresource="status", manager="kubelet",
+            )  # fmt: skip
+        return None
+
+    return wait_for(finished, timeout=timeout, what=f"the Job controller to finish {meta['name']}",
+                    interval=0.5)  # fmt: skip
+
+
+def test_the_real_job_controller_completes_the_job_or_fails_it_after_its_retries(setup: Setup):
+    """What provider-kubernetes reads back as the Job Object's status is the real Job
+    controller's: the Job with the right digest Complete (what its Object's readiness,
+    JOB_COMPLETE, waits for) after one pod; with a wrong digest Failed, BackoffLimitExceeded,
+    after 1 + backoffLimit pods, each of which failed in its fetch (what the function holds the
+    release on, and tells the XR)."""
+    good = crd_job.job_resources(spec_for(setup, NEW, key="e2e-crds-controller"))
+    apply_rbac(setup, good)
+    done = play_kubelet(setup, good[crd_job.JOB], setup.workdir / "controller-good")
+    assert condition(done, "Complete").get("status") == "True", done["status"]
+    assert done["status"].get("succeeded") == 1 and not done["status"].get("failed"), done
+
+    unknown = "sha256:" + hashlib.sha256(b"no such chart, again").hexdigest()
+    bad = crd_job.job_resources(spec_for(setup, NEW, key="e2e-crds-controller", digest=unknown))
+    assert bad[crd_job.JOB]["metadata"]["name"] != good[crd_job.JOB]["metadata"]["name"]
+    failed = play_kubelet(setup, bad[crd_job.JOB], setup.workdir / "controller-bad")
+    gave_up = condition(failed, "Failed")
+    assert gave_up.get("status") == "True" and gave_up["reason"] == "BackoffLimitExceeded", failed
+    assert failed["status"]["failed"] == crd_job.BACKOFF_LIMIT + 1, failed["status"]
 
 
 def test_the_e2e_runs_the_oras_the_job_s_image_pins():
