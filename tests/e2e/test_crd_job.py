@@ -57,7 +57,7 @@ from tests.e2e.kube import Kube, condition, wait_for
 from tests.e2e.workload import BINARIES as WORKLOAD_BINARIES
 from tests.e2e.workload import WorkloadCluster
 
-CHARTS = Path(__file__).resolve().parent / "crd-charts"
+OWN_CHARTS = Path(__file__).resolve().parent / "crd-charts"
 CHART = "e2e-crds"
 REPOSITORY = "charts"  # the chart is at <registry>/charts/e2e-crds
 OLD, NEW = "0.1.0", "0.2.0"
@@ -172,7 +172,7 @@ def helm(workdir: Path, *args: str, kubeconfig: Path | None = None) -> subproces
 def push(workdir: Path, registry: Registry, version: str) -> Pushed:
     """`helm package` and `helm push --plain-http` the chart at version; the digest Helm reports
     is the one the registry serves the manifest by."""
-    packaged = helm(workdir, "package", str(CHARTS / f"{CHART}-{version}"), "-d", str(workdir))
+    packaged = helm(workdir, "package", str(OWN_CHARTS / f"{CHART}-{version}"), "-d", str(workdir))
     assert packaged.returncode == 0, packaged.stderr
     archive = workdir / f"{CHART}-{version}.tgz"
     pushed = helm(
@@ -215,7 +215,7 @@ def chart_files(version: str) -> tuple[crd_job.CRDFile, ...]:
     """The chart's crds/ at version as the function pins a chart's: each file's path in the
     archive, the sha256 of its bytes, the CRDs it holds."""
     files = []
-    for path in sorted((CHARTS / f"{CHART}-{version}" / "crds").glob("*.yaml")):
+    for path in sorted((OWN_CHARTS / f"{CHART}-{version}" / "crds").glob("*.yaml")):
         data = path.read_bytes()
         names = tuple(d["metadata"]["name"] for d in yaml.safe_load_all(data) if d)
         files.append(
@@ -303,14 +303,16 @@ def run_pod(job: dict, kubeconfig: Path, folder: Path) -> list[Ran]:
         assert "emptyDir" in volume, volume  # nothing else is composed
         volumes[volume["name"]] = folder / "volumes" / volume["name"]
         volumes[volume["name"]].mkdir(parents=True)
-    path = folder / "bin"  # what the images put on PATH: the real oras and kubectl
-    path.mkdir()
-    for name in ENTRYPOINTS.values():
-        (path / name).symlink_to(tool(name))
     ran = []
     for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        # What its image puts on PATH: its own client (oras, or kubectl), no other's; the
+        # shell and coreutils are the host's.
+        path = folder / "bin" / container["name"]
+        path.mkdir(parents=True)
+        entrypoint = ENTRYPOINTS[image_name(container["image"])]
+        (path / entrypoint).symlink_to(tool(entrypoint))
         mounts = {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", [])}
-        argv = container.get("command") or [ENTRYPOINTS[image_name(container["image"])]]
+        argv = container.get("command") or [entrypoint]
         argv = [local(a, mounts) for a in [*argv, *container.get("args", [])]]
         env = {e["name"]: local(e["value"], mounts) for e in container.get("env", [])}
         proc = subprocess.run(
@@ -413,7 +415,7 @@ def test_the_job_takes_over_what_helm_installed_and_creates_a_new_crd(setup: Set
     )
 
     # The control: applying 0.2.0's Widget over Helm's without taking the fields over conflicts.
-    widgets_v2 = (CHARTS / f"{CHART}-{NEW}" / "crds" / "widgets.yaml").read_text()
+    widgets_v2 = (OWN_CHARTS / f"{CHART}-{NEW}" / "crds" / "widgets.yaml").read_text()
     plain = kubectl(
         admin, "apply", "--server-side", f"--field-manager={crd_job.MANAGER}",
         "--dry-run=server", "-f", "-", stdin=widgets_v2,
@@ -471,7 +473,7 @@ def test_the_job_s_account_writes_only_the_crds_it_is_named_for(setup: Setup):
     folder = setup.workdir / "rbac"
     folder.mkdir()
     token = service_account_kubeconfig(setup, resources[crd_job.JOB], folder)
-    other = yaml.safe_load((CHARTS / f"{CHART}-{NEW}" / "crds" / "gadgets.yaml").read_text())
+    other = yaml.safe_load((OWN_CHARTS / f"{CHART}-{NEW}" / "crds" / "gadgets.yaml").read_text())
     other["metadata"]["name"] = "sprockets.e2e.modelplane.ai"
     other["spec"]["names"] = {
         "kind": "Sprocket", "listKind": "SprocketList", "plural": "sprockets", "singular": "sprocket",
@@ -582,22 +584,30 @@ def play_kubelet(setup: Setup, job: dict, folder: Path, timeout: float = 150) ->
                     interval=0.5)  # fmt: skip
 
 
-def test_the_real_job_controller_completes_the_job_or_fails_it_after_its_retries(setup: Setup):
-    """What provider-kubernetes reads back as the Job Object's status is the real Job
-    controller's: the Job with the right digest Complete (what its Object's readiness,
-    JOB_COMPLETE, waits for) after one pod; with a wrong digest Failed, BackoffLimitExceeded,
-    after 1 + backoffLimit pods, each of which failed in its fetch (what the function holds the
-    release on, and tells the XR)."""
+@pytest.fixture(scope="module")
+def finished(setup: Setup) -> dict[str, dict]:
+    """The composed Job run by the real Job controller, as it left it: with the right digest
+    ("complete") and with a digest the registry does not have ("failed")."""
     good = crd_job.job_resources(spec_for(setup, NEW, key="e2e-crds-controller"))
     apply_rbac(setup, good)
-    done = play_kubelet(setup, good[crd_job.JOB], setup.workdir / "controller-good")
-    assert condition(done, "Complete").get("status") == "True", done["status"]
-    assert done["status"].get("succeeded") == 1 and not done["status"].get("failed"), done
-
     unknown = "sha256:" + hashlib.sha256(b"no such chart, again").hexdigest()
     bad = crd_job.job_resources(spec_for(setup, NEW, key="e2e-crds-controller", digest=unknown))
     assert bad[crd_job.JOB]["metadata"]["name"] != good[crd_job.JOB]["metadata"]["name"]
-    failed = play_kubelet(setup, bad[crd_job.JOB], setup.workdir / "controller-bad")
+    return {
+        "complete": play_kubelet(setup, good[crd_job.JOB], setup.workdir / "controller-good"),
+        "failed": play_kubelet(setup, bad[crd_job.JOB], setup.workdir / "controller-bad"),
+    }
+
+
+def test_the_real_job_controller_completes_the_job_or_fails_it_after_its_retries(finished):
+    """What provider-kubernetes reads back as the Job Object's status is the real Job
+    controller's: the Job with the right digest Complete (what its Object's readiness,
+    JOB_COMPLETE, waits for) after one pod; with a wrong digest Failed, BackoffLimitExceeded,
+    after 1 + backoffLimit pods, each of which failed in its fetch."""
+    done = finished["complete"]
+    assert condition(done, "Complete").get("status") == "True", done["status"]
+    assert done["status"].get("succeeded") == 1 and not done["status"].get("failed"), done
+    failed = finished["failed"]
     gave_up = condition(failed, "Failed")
     assert gave_up.get("status") == "True" and gave_up["reason"] == "BackoffLimitExceeded", failed
     assert failed["status"]["failed"] == crd_job.BACKOFF_LIMIT + 1, failed["status"]
