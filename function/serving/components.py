@@ -16,7 +16,15 @@ import yaml
 
 from function import names, wire
 from function.models import CLOUD_BLOCKS
-from function.serving import drains, gateway, gpu_health, gpus, modelexpress, modelexpress_crds
+from function.serving import (
+    crd_job,
+    drains,
+    gateway,
+    gpu_health,
+    gpus,
+    modelexpress,
+    modelexpress_crds,
+)
 from function.versions import CHART_CRDS, CHARTS
 from function.workload import GATEWAY_LOAD_BALANCER, GPU_TOLERATION
 
@@ -50,6 +58,9 @@ class Context:
     # The moves of a live cluster's objects whose new home now serves, by name (read from what is
     # observed: function/serving/modelexpress.py).
     moved: frozenset[str] = frozenset()
+    # Whether gateway-helm's CRD Job applies the Gateway API CRDs too: not on an Existing cluster
+    # whose Gateway API CRDs are someone else's (stack.gateway_api_crds_ours).
+    gateway_api_crds: bool = True
 
 
 # A builder returns the manifest (or chart values), or None for "not now": a component already
@@ -89,6 +100,10 @@ class Component:
     # Charts: the components that apply the chart's own CRDs (also in `after`). The release is
     # installed without them (skipCRDs) and moves to a new chart version only once they have.
     crds: tuple[str, ...] = ()
+    # Charts: the component of the Job that applies the chart's crds/ (crd_job.py; also in
+    # `after`). The release is installed without them (skipCRDs) and moves to a new chart
+    # version only once that version's Job is Complete.
+    crd_job: str = ""
     # A component of an earlier layout that a new one replaces: composed only where it already
     # runs (never first created), and no longer once retired(observed) says its replacement
     # serves, so Crossplane deletes it then.
@@ -102,6 +117,8 @@ class Component:
 def chart(key: str, values: dict | Build, *, crds: tuple[str, ...] = (), **kw) -> Component:
     if crds:
         kw["after"] = (*kw.get("after", ()), *crds)
+    if kw.get("crd_job"):
+        kw["after"] = (*kw.get("after", ()), kw["crd_job"])
     return _component(key, values, chart=True, crds=crds, **kw)
 
 
@@ -174,6 +191,51 @@ def marked_with(key: str) -> str:
         f"has(object.metadata.annotations) && '{CHART_OF_CRD}' in object.metadata.annotations"
         f" && object.metadata.annotations['{CHART_OF_CRD}'] == '{chart_mark(key)}'"
     )
+
+
+@functools.cache
+def crd_job_manifests(key: str, gateway_api: bool) -> dict[str, dict]:
+    """What the chart's CRD Job applies on a cluster, made and encoded once (wire.fixed) for
+    every cluster with the same selection."""
+    spec = crd_job.chart_crds(key, gateway_api=gateway_api)
+    return {role: wire.fixed(body) for role, body in crd_job.job_resources(spec).items()}
+
+
+def crd_job_spec(key: str, ctx: Context) -> crd_job.ChartCRDs:
+    """What the chart's CRD Job applies on this cluster."""
+    return crd_job.chart_crds(key, gateway_api=ctx.gateway_api_crds)
+
+
+def crd_job_components(key: str, **kw) -> tuple[Component, ...]:
+    """The Job that applies the chart's crds/ (crd_job.py), its account and what that may do;
+    the last is the Job, which the chart's release names as its crd_job. Made in
+    names.SYSTEM_NAMESPACE, on every cluster (the gateway's namespace comes first)."""
+    roles = (crd_job.SERVICE_ACCOUNT, crd_job.CLUSTER_ROLE, crd_job.BINDING)
+    made = []
+    after: tuple[str, ...] = ("gateway-namespace",)
+    for role in roles:
+        made.append(
+            manifest(
+                f"crds-{key}-{role}",
+                lambda ctx, role=role: crd_job_manifests(key, ctx.gateway_api_crds)[role],
+                after=after if role == crd_job.SERVICE_ACCOUNT else (),
+                **kw,
+            )
+        )
+    made.append(
+        manifest(
+            crd_job_key(key),
+            lambda ctx: crd_job_manifests(key, ctx.gateway_api_crds)[crd_job.JOB],
+            after=tuple(c.key for c in made),
+            ready_when=crd_job.JOB_COMPLETE,
+            **kw,
+        )
+    )
+    return tuple(made)
+
+
+def crd_job_key(key: str) -> str:
+    return f"crds-{key}-job"
 
 
 # Pod Security admission (kubernetes.io/docs/concepts/security/pod-security-admission): a cluster
@@ -611,11 +673,15 @@ def table() -> tuple[Component, ...]:
             after=("envoy-gateway-inferencepool-reader",),
             inside="envoy-gateway",
         ),
+        # Its crds/ (Gateway API's and Envoy Gateway's) by a Job (crd_job.py), never beside
+        # another's Envoy Gateway.
+        *crd_job_components("envoy-gateway", inside="envoy-gateway"),
         chart(
             "envoy-gateway",
             envoy_gateway_values,
             after=("gaie-crd-inferencepools", "envoy-gateway-inferencepool-reader-binding"),
             wait=True,
+            crd_job=crd_job_key("envoy-gateway"),
         ),
         # Its CRDs are release-owned templates: beside another Envoy Gateway (and its AI
         # Gateway's CRDs), never installed.
@@ -660,11 +726,13 @@ def table() -> tuple[Component, ...]:
         # 25.12.0 then reports corrupted, and every prepare on the node fails). Once deployed on
         # the maintained line (0.4.0 on; NVIDIA's versions are YY.MM.P, 25.x and later), a
         # failed or stuck upgrade rolls back within it.
+        *crd_job_components("nvidia-dra-driver", inside="nvidia-dra-driver"),
         chart(
             "nvidia-dra-driver",
             dra_driver_values,
             after=("dra-driver-critical-pods-quota",),
             rolls_back_within=((0, 4, 0), (25, 0, 0)),
+            crd_job=crd_job_key("nvidia-dra-driver"),
         ),
         # Where each GPU pool's probe claims its GPUs with admin access (function/serving/gpus.py).
         manifest(
@@ -776,7 +844,15 @@ def table() -> tuple[Component, ...]:
             policies=OBSERVE_DELETE,
         ),
         # Standard: multi-node engines as LeaderWorkerSets.
-        chart("leader-worker-set", LWS_VALUES, stacks=frozenset({STANDARD})),
+        *crd_job_components(
+            "leader-worker-set", stacks=frozenset({STANDARD}), inside="leader-worker-set"
+        ),
+        chart(
+            "leader-worker-set",
+            LWS_VALUES,
+            stacks=frozenset({STANDARD}),
+            crd_job=crd_job_key("leader-worker-set"),
+        ),
         own_budget("lws-disruption-budget", LWS_BUDGET, "leader-worker-set", STANDARD),
         # Dynamo: Grove, the KAI Scheduler and its queues, ModelExpress.
         chart("kai-scheduler", KAI_VALUES, stacks=frozenset({DYNAMO}), wait=True),

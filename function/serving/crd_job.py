@@ -268,3 +268,36 @@ def job(spec: ChartCRDs, namespace: str) -> dict:
 JOB_COMPLETE = "has(object.status) && has(object.status.conditions) && " + (
     "object.status.conditions.exists(c, c.type == 'Complete' && c.status == 'True')"
 )
+
+RUNNING, COMPLETE = "running", "complete"
+
+
+def state(job: object, expected: str) -> str:
+    """The observed Job's state, if it is the expected one: RUNNING (not there yet, another
+    version's, or running), COMPLETE, or why it failed, in the Job's words (its Failed
+    condition's reason and message: BackoffLimitExceeded, DeadlineExceeded) and what to do."""
+    if not isinstance(job, dict) or (job.get("metadata") or {}).get("name") != expected:
+        return RUNNING
+    conditions = (job.get("status") or {}).get("conditions") or []
+    for c in conditions:
+        if isinstance(c, dict) and c.get("status") == "True" and c.get("type") == "Complete":
+            return COMPLETE
+    for c in conditions:
+        if isinstance(c, dict) and c.get("status") == "True" and c.get("type") == "Failed":
+            said = ": ".join(str(c[k])[:200] for k in ("reason", "message") if c.get(k))
+            return (
+                f"failed, {said or 'no reason given'}; the log of its pod's apply or fetch "
+                "container says why (a wrong digest or checksum, a refused write, the registry "
+                "out of reach); delete the Job to run it again"
+            )
+    return RUNNING
+
+
+def applies(job: object, crd: str) -> bool:
+    """Whether a Job manifest (as composed) applies the named CRD."""
+    try:
+        (container,) = job["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
+        env = {e["name"]: e.get("value", "") for e in container["env"]}
+    except (KeyError, TypeError, ValueError):
+        return False
+    return crd in env.get("CRDS", "").split()

@@ -63,6 +63,12 @@ def compose(
     return resources, held, [Result("Warning", f"{COMPONENT}: {refused}", reason=REASON)]
 
 
+def absent(seen: ObservedResource | None) -> bool:
+    """Whether the detector found no Gateway API CRDs (so the function's own go there)."""
+    found, why = adoption.found_object(seen)
+    return found is None and why is None
+
+
 def refusal(crd: dict) -> str | None:
     """Why Envoy Gateway's release cannot be installed over the Gateway CRD found, if not."""
     annotations = crd["metadata"].get("annotations") or {}

@@ -31,6 +31,7 @@ from function.output import Condition, Desired, Requirement, Result
 from function.serving import (
     adoption,
     conflicts,
+    crd_job,
     dra_driver_age,
     gateway,
     gateway_api,
@@ -48,6 +49,8 @@ from function.serving.components import (
     Component,
     Context,
     chart_mark,
+    crd_job_key,
+    crd_job_spec,
 )
 from function.versions import CHARTS
 from function.workload import GPU_NODE_LABEL
@@ -105,6 +108,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         load_balancer_annotations=load_balancer_annotations(inputs, cluster),
         source=inputs.xr.spec.cluster.source,
         moved=modelexpress.moves(observed),
+        gateway_api_crds=gateway_api_crds_ours(inputs.xr.spec.cluster.source, observed),
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
     table = components(ctx.stack, inputs.xr.spec.cluster.source)
@@ -205,9 +209,11 @@ class _Walk:
                 facts.resources[key] = Desired(as_desired(seen.body), ready=seen.ready)
             return
         behind = _crds_behind(component, self.inputs.observed.resources) if seen else []
-        if behind:  # a chart bump: its CRDs move first, the release stays as it is till then
+        held, warned = _job_holds(component, seen, self.inputs.observed.resources, self.ctx)
+        facts.results += warned
+        if behind or held:  # a chart bump: its CRDs move first, the release stays till then
             facts.resources[key] = Desired(as_desired(seen.body), ready=seen.ready)
-            self.pending[key] = ", ".join(behind)
+            self.pending[key] = ", ".join(behind) or held
             return
         if seen is None and any(RESOURCE_KEYS[w] in self.withheld for w in component.watches):
             self.withheld.append(key)
@@ -411,7 +417,7 @@ def _make_body(
             provider_config,
             built,
             wait=component.wait,
-            skip_crds=bool(component.crds),
+            skip_crds=bool(component.crds or component.crd_job),
             rollback=rollback,
         )
     policies = NO_DELETE if ctx.source in component.left_on else component.policies
@@ -548,6 +554,47 @@ def _crds_behind(component: Component, observed) -> list[str]:
         if not _ready(seen := observed.get(RESOURCE_KEYS[k]))
         or seen.at_provider("manifest", "metadata", "annotations", CHART_OF_CRD) != mark
     ]
+
+
+def _job_holds(
+    component: Component, seen: ObservedResource | None, observed, ctx: Context
+) -> tuple[str | None, list[Result]]:
+    """Why a live release stays at its chart version: its CRD Job for the new version is not
+    Complete (running, or Failed: the reason the Job gives, and what to do). A release already
+    at the version is not held; a Job of it that failed is a Warning."""
+    if not component.crd_job or seen is None:
+        return None, []
+    spec = crd_job_spec(component.key, ctx)
+    job = observed.get(component.crd_job)
+    manifest = job.at_provider("manifest") if job is not None else None
+    state = crd_job.state(manifest, crd_job.name(spec))
+    if state == crd_job.COMPLETE:
+        return None, []
+    chart = CHARTS[component.key]
+    job_name = f"{names.SYSTEM_NAMESPACE}/{crd_job.name(spec)}"
+    what = f"the CRDs of {chart.name} {chart.version} (Job {job_name}"
+    why = f"{what}: {state})" if state != crd_job.RUNNING else f"{what}, applying them)"
+    installed = (seen.get("spec", "forProvider", "chart", "version"), seen.at_provider("version"))
+    if any(isinstance(v, str) and v != chart.version for v in installed):
+        return why, []
+    if state == crd_job.RUNNING:
+        return None, []
+    return None, [Result("Warning", f"{component.key}: {why}", reason="CRDJobFailed")]
+
+
+def gateway_api_crds_ours(source: str, observed) -> bool:
+    """Whether gateway-helm's CRD Job applies the Gateway API CRDs too. On a provisioned cluster
+    always; on an Existing one only where they are the function's: a Job of it applied them
+    before (its last manifest names them), or, before its first Job, the detector found none
+    (function/serving/gateway_api.py). A live cluster's whose Envoy Gateway was installed before
+    (no detector) keeps them as they are: Helm leaves no mark on crds/ that tells the function's
+    own from another's."""
+    if source != EXISTING:
+        return True
+    job = observed.get(crd_job_key(gateway_api.COMPONENT))
+    if job is not None:
+        return crd_job.applies(job.get("spec", "forProvider", "manifest"), gateway_api.SOUGHT.name)
+    return gateway_api.absent(observed.get(gateway_api.KEY))
 
 
 def _stands(adopted: adoption.Decision | None) -> bool:

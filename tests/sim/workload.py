@@ -74,6 +74,11 @@ STATUS = {
         "numberAvailable": 2,
         "updatedNumberScheduled": 2,
     },
+    # The Job controller, once the pod succeeded (the CRD Jobs: function/serving/crd_job.py).
+    "Job": lambda m, a: {
+        "succeeded": 1,
+        "conditions": [_true("SuccessCriteriaMet"), _true("Complete")],
+    },
     # The network operator's overall state once every component it deploys is ready.
     "NicClusterPolicy": lambda m, a: {"state": "ready"},
 }

@@ -459,6 +459,7 @@ def test_envoy_gateway_installs_after_the_inferencepool_crd_and_its_grant_to_rea
     assert set(by_key["envoy-gateway"].after) == {
         "gaie-crd-inferencepools",
         "envoy-gateway-inferencepool-reader-binding",
+        "crds-envoy-gateway-job",  # its crds/ (function/serving/crd_job.py)
     }
     _, _, out = converged()
     role = out.resources["envoy-gateway-inferencepool-reader"].body["spec"]["forProvider"]
@@ -520,7 +521,15 @@ def test_nfd_s_crds_are_the_function_s_to_move_and_its_release_skips_them():
     skipping = [
         k for k, d in out.resources.items() if d.body["spec"].get("forProvider", {}).get("skipCRDs")
     ]
-    assert skipping == [NFD_RELEASE]
+    # The Standard stack: NFD's, and the charts whose CRD Job applies them (crd_job.py).
+    assert sorted(skipping) == sorted(
+        [
+            NFD_RELEASE,
+            "release-envoy-gateway",
+            "release-leader-worker-set",
+            "release-nvidia-dra-driver",
+        ]
+    )
     _, _, dynamo = converged(stack=DYNAMO)
     grove = dynamo.resources["release-grove"].body["spec"]["forProvider"]["values"]
     assert grove["crdInstaller"] == {"enabled": True}

@@ -1,0 +1,352 @@
+"""The CRD Job (function/serving/crd_job.py): what it applies is the published chart's crds/, what
+it may do is bounded by CRD name, its script does what it says, and the release waits for it."""
+
+import copy
+import hashlib
+import io
+import json
+import os
+import stat
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from function.clusters.base import as_desired
+from function.compose import compose_cluster
+from function.failures import DOES_NOT_EXIST
+from function.inputs import Observed, ObservedResource
+from function.serving import crd_job, gateway_api
+from function.serving.components import COMPONENTS, crd_job_key
+from function.serving.stack import gateway_api_crds_ours
+from function.versions import CHART_CRD_FILES, CHART_DIGESTS, CHARTS, IMAGE_DIGESTS, unpinned
+from tests.charts import charts_dir
+from tests.sim.workload import inference_gateway
+from tests.unit.sim import reported
+from tests.unit.test_serving import INSTALLED, condition, converged, required
+
+JOB_CHARTS = sorted(CHART_CRD_FILES)
+
+
+def _shared(path: str, key: str) -> Path:
+    """Where a path inside the chart archive is in ../shared/charts (the chart unpacked)."""
+    chart = CHARTS[key]
+    top, _, rest = path.partition("/")
+    assert top == chart.name, path
+    return charts_dir() / f"{chart.name}-{chart.version}" / rest
+
+
+@pytest.mark.parametrize("key", JOB_CHARTS)
+def test_the_pinned_files_are_the_published_chart_s_crds(key):
+    """Each file's sha256 and CRD names are the published chart's, and no file of its crds/ is
+    left out (a new version's added CRD file fails here until it is pinned)."""
+    spec = crd_job.chart_crds(key)
+    for f in spec.files:
+        data = _shared(f.path, key).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == f.sha256, f.path
+        names = [d["metadata"]["name"] for d in yaml.safe_load_all(data) if d]
+        assert tuple(names) == f.crds, f.path
+    root = charts_dir() / f"{CHARTS[key].name}-{CHARTS[key].version}"
+    assert {str(p.relative_to(root)) for p in crd_files(root)} == {
+        f.path.partition("/")[2] for f in spec.files
+    }
+
+
+def crd_files(root: Path) -> list[Path]:
+    """Every file Helm reads as a CRD in a chart tree: under crds/ of the chart or a subchart
+    (a folder with a Chart.yaml), .yaml, .yml or .json, at any depth."""
+    return sorted(
+        p
+        for chart in root.rglob("Chart.yaml")
+        for p in (chart.parent / "crds").rglob("*")
+        if p.is_file() and p.suffix in (".yaml", ".yml", ".json")
+    )
+
+
+def test_gateway_helm_carries_twenty_crds_twelve_of_them_gateway_api():
+    spec = crd_job.chart_crds("envoy-gateway")
+    assert len(spec.crds) == 20
+    own = crd_job.chart_crds("envoy-gateway", gateway_api=False)
+    assert len(own.crds) == 8
+    assert all(c.endswith(".gateway.envoyproxy.io") for c in own.crds)
+    assert gateway_api.SOUGHT.name in spec.crds and gateway_api.SOUGHT.name not in own.crds
+    # Another selection is another Job (a Job's template is immutable), under the same account.
+    assert crd_job.name(spec) != crd_job.name(own)
+    assert crd_job.rbac_name(spec) == crd_job.rbac_name(own)
+
+
+@pytest.mark.parametrize("key", JOB_CHARTS)
+def test_what_the_job_may_do_is_bounded_by_crd_name(key):
+    spec = crd_job.chart_crds(key)
+    made = crd_job.job_resources(spec)
+    [rule] = made[crd_job.CLUSTER_ROLE]["rules"]
+    assert rule["resources"] == ["customresourcedefinitions"]
+    assert rule["resourceNames"] == list(spec.crds)
+    # A server-side apply that creates is authorised as create with the object's name
+    # (kube-apiserver handlers/patch.go), so resourceNames bound it; never delete.
+    assert set(rule["verbs"]) == {"get", "list", "watch", "create", "patch"}
+    binding = made[crd_job.BINDING]
+    assert binding["roleRef"]["name"] == made[crd_job.CLUSTER_ROLE]["metadata"]["name"]
+    assert binding["subjects"][0]["name"] == made[crd_job.SERVICE_ACCOUNT]["metadata"]["name"]
+
+
+@pytest.mark.parametrize("key", JOB_CHARTS)
+def test_the_job_is_restricted_and_never_made_again_by_itself(key):
+    spec = crd_job.chart_crds(key)
+    job = crd_job.job_resources(spec)[crd_job.JOB]
+    assert "ttlSecondsAfterFinished" not in job["spec"]  # provider-kubernetes would re-create it
+    assert job["spec"]["backoffLimit"] == crd_job.BACKOFF_LIMIT
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert "tolerations" not in pod
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for c in pod["initContainers"] + pod["containers"]:
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["resources"]["requests"]
+    [fetch] = pod["initContainers"]
+    assert fetch["image"].startswith("ghcr.io/oras-project/oras:")
+    assert fetch["args"][-2] == spec.source
+    assert len(job["metadata"]["name"]) <= 63
+
+
+def test_a_pinned_digest_is_what_oras_fetches():
+    spec = crd_job.chart_crds("leader-worker-set")
+    assert spec.source == "registry.k8s.io/lws/charts/lws:v0.8.0"
+    pinned = crd_job.ChartCRDs(**{**spec.__dict__, "digest": "sha256:" + "a" * 64})
+    assert pinned.source == "registry.k8s.io/lws/charts/lws@sha256:" + "a" * 64
+    assert crd_job.name(pinned) != crd_job.name(spec)
+
+
+def test_what_is_not_pinned_by_digest_is_listed_for_the_release():
+    """`make release-pins` refuses a release while any of these is None: the list says which."""
+    left = unpinned()
+    assert [f"chart {k}" for k, d in CHART_DIGESTS.items() if d is None] == [
+        x for x in left if x.startswith("chart ")
+    ]
+    assert [f"image {k}" for k, d in IMAGE_DIGESTS.items() if d is None] == [
+        x for x in left if x.startswith("image ")
+    ]
+    assert set(CHART_DIGESTS) == set(CHART_CRD_FILES)
+    makefile = (Path(__file__).parents[2] / "Makefile").read_text()
+    assert "release-pins:" in makefile and "unpinned()" in makefile
+
+
+# --- the script, run with bash, jq, tar and coreutils against a layout as oras writes it ----------
+
+
+def _layout(work: Path, key: str, tamper: str | None = None) -> None:
+    """An OCI layout of the chart (as `oras cp --to-oci-layout` writes it) from ../shared/charts;
+    tamper: a file inside the archive whose bytes are changed."""
+    chart = CHARTS[key]
+    root = charts_dir() / f"{chart.name}-{chart.version}"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for p in sorted(root.rglob("*")):
+            if p.is_file():
+                arc = f"{chart.name}/{p.relative_to(root)}"
+                data = p.read_bytes() + (b"\n# changed\n" if arc == tamper else b"")
+                info = tarfile.TarInfo(arc)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    blobs = work / "chart" / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+
+    def put(data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        (blobs / digest).write_bytes(data)
+        return f"sha256:{digest}"
+
+    config = put(b"{}")
+    layer = put(buf.getvalue())
+    manifest = put(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "config": {
+                    "mediaType": "application/vnd.cncf.helm.config.v1+json",
+                    "digest": config,
+                },
+                "layers": [{"mediaType": crd_job.HELM_LAYER, "digest": layer}],
+            }
+        ).encode()
+    )
+    (work / "chart" / "index.json").write_text(json.dumps({"manifests": [{"digest": manifest}]}))
+
+
+def _run(tmp_path: Path, key: str, tamper: str | None = None):
+    work = tmp_path / "work"
+    _layout(work, key, tamper)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "kubectl.log"
+    kubectl = bin_ / "kubectl"
+    kubectl.write_text(f'#!/bin/bash\nprintf "%s\\n" "$*" >> {log}\n')
+    kubectl.chmod(kubectl.stat().st_mode | stat.S_IEXEC)
+    spec = crd_job.chart_crds(key)
+    env = {**crd_job.apply_env(spec), "WORK": str(work), "HOME": str(work)}
+    env["PATH"] = f"{bin_}:{os.environ['PATH']}"
+    done = subprocess.run(
+        ["bash", "-c", crd_job.APPLY_SCRIPT], env=env, capture_output=True, text=True, check=False
+    )
+    return spec, done, log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.mark.parametrize("key", JOB_CHARTS)
+def test_the_script_applies_the_checked_files_then_waits_for_them(tmp_path, key):
+    spec, done, calls = _run(tmp_path, key)
+    assert done.returncode == 0, done.stderr
+    apply, wait = calls
+    files = [f"-f{f.path}" for f in spec.files]
+    assert apply.split() == [
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        f"--field-manager={crd_job.MANAGER}",
+        *files,
+    ]
+    assert wait.split() == [
+        "wait",
+        "--for",
+        "condition=Established",
+        f"--timeout={crd_job.WAIT_TIMEOUT}",
+        *(f"crd/{c}" for c in spec.crds),
+    ]
+
+
+def test_a_file_that_is_not_the_pinned_one_is_never_applied(tmp_path):
+    spec = crd_job.chart_crds("leader-worker-set")
+    spec, done, calls = _run(tmp_path, "leader-worker-set", tamper=spec.files[0].path)
+    assert done.returncode != 0
+    assert "FAILED" in done.stdout + done.stderr
+    assert calls == []
+
+
+# --- the release waits for its Job ----------------------------------------------------------------
+
+LWS = "release-leader-worker-set"
+LWS_JOB = crd_job_key("leader-worker-set")
+
+
+def _live(out, version: str, job: dict | None) -> Observed:
+    """A cluster whose lws release runs `version`, and whose Job Object observes `job`."""
+    resources = {}
+    for key, seen in reported(out).resources.items():
+        body = copy.deepcopy(seen.body)
+        if key == LWS:
+            body["spec"]["forProvider"]["chart"]["version"] = version
+            body["status"]["atProvider"]["version"] = version
+        if key == LWS_JOB:
+            body["status"]["atProvider"]["manifest"] = job
+        resources[key] = ObservedResource(body)
+    return Observed(resources=resources, status=out.status)
+
+
+def _job(out, conditions: list[dict], name: str | None = None) -> dict:
+    job = copy.deepcopy(out.resources[LWS_JOB].body["spec"]["forProvider"]["manifest"])
+    if name:
+        job["metadata"]["name"] = name
+    job["status"] = {"conditions": conditions}
+    return job
+
+
+def test_the_release_is_installed_after_its_job_and_skips_its_crds():
+    _, _, out = converged()
+    lws = next(c for c in COMPONENTS if c.key == "leader-worker-set")
+    assert LWS_JOB in lws.after
+    assert out.resources[LWS].body["spec"]["forProvider"]["skipCRDs"] is True
+    job = out.resources[LWS_JOB].body["spec"]
+    assert job["readiness"]["celQuery"] == crd_job.JOB_COMPLETE
+
+
+def test_a_chart_bump_waits_for_its_job_and_a_failed_one_says_why():
+    xr, classes, out = converged()
+    req = required(classes, [inference_gateway("fleet-a")])
+    # The old version's Job is what the Object still observes: the release stays.
+    old = _live(out, "v0.7.0", _job(out, [{"type": "Complete", "status": "True"}], "mp-crds-old"))
+    held = compose_cluster(xr, req, old, INSTALLED)
+    assert held.resources[LWS].body == as_desired(old.resources[LWS].body)
+    backend = condition(held, "BackendReady")
+    assert backend.status is False
+    assert "the CRDs of lws v0.8.0" in backend.message
+    # The new Job failed: held still, in the Job's words.
+    failed = {
+        "type": "Failed",
+        "status": "True",
+        "reason": "BackoffLimitExceeded",
+        "message": "Job has reached the specified backoff limit",
+    }
+    broken = compose_cluster(xr, req, _live(out, "v0.7.0", _job(out, [failed])), INSTALLED)
+    assert broken.resources[LWS].body["spec"]["forProvider"]["chart"]["version"] == "v0.7.0"
+    message = condition(broken, "BackendReady").message
+    assert "BackoffLimitExceeded" in message
+    # Complete: the release moves.
+    done = _live(out, "v0.7.0", _job(out, [{"type": "Complete", "status": "True"}]))
+    moved = compose_cluster(xr, req, done, INSTALLED)
+    assert moved.resources[LWS].body == out.resources[LWS].body
+
+
+def test_a_failed_job_of_the_version_running_is_a_warning_not_a_hold():
+    xr, classes, out = converged()
+    req = required(classes, [inference_gateway("fleet-a")])
+    failed = {"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}
+    again = compose_cluster(xr, req, _live(out, "v0.8.0", _job(out, [failed])), INSTALLED)
+    assert again.resources[LWS].body == out.resources[LWS].body
+    [warning] = [r for r in again.results if r.reason == "CRDJobFailed"]
+    assert "DeadlineExceeded" in warning.message
+
+
+def _gateway_crd() -> dict:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": gateway_api.SOUGHT.name},
+    }
+
+
+def _detector(found: dict | None) -> ObservedResource:
+    body = {
+        "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+        "kind": "Object",
+        "metadata": {"name": "x"},
+        "spec": {},
+        "status": {"atProvider": {"manifest": found}} if found else {},
+    }
+    if found is None:
+        body["status"] = {
+            "conditions": [
+                {
+                    "type": "Synced",
+                    "status": "False",
+                    "reason": "ReconcileError",
+                    "message": f"cannot observe: {DOES_NOT_EXIST}",
+                }
+            ]
+        }
+    return ObservedResource(body)
+
+
+def test_on_an_existing_cluster_another_s_gateway_api_crds_are_never_applied_over():
+    # Provisioned: always the chart's whole crds/.
+    assert gateway_api_crds_ours("EKS", {}) is True
+    # Existing, nothing known (a live cluster converged before the detector): left alone.
+    assert gateway_api_crds_ours("Existing", {}) is False
+    # Found someone's: left alone; found none: the function's to apply.
+    found = {gateway_api.KEY: _detector(_gateway_crd())}
+    assert gateway_api_crds_ours("Existing", found) is False
+    absent = {gateway_api.KEY: _detector(None)}
+    assert gateway_api_crds_ours("Existing", absent) is True
+    # Once a Job applied them, they stay the function's (the detector then finds them).
+    ours = crd_job.job_resources(crd_job.chart_crds("envoy-gateway"))[crd_job.JOB]
+    theirs = crd_job.job_resources(crd_job.chart_crds("envoy-gateway", gateway_api=False))
+    key = crd_job_key("envoy-gateway")
+
+    def job_object(manifest):
+        return ObservedResource({"spec": {"forProvider": {"manifest": manifest}}})
+
+    assert gateway_api_crds_ours("Existing", {**found, key: job_object(ours)}) is True
+    assert gateway_api_crds_ours("Existing", {key: job_object(theirs[crd_job.JOB])}) is False
