@@ -22,13 +22,19 @@ run them in the images:
   server is reached with a token of the Job's ServiceAccount (a TokenRequest against the real API
   server; what the kubelet would project), through a kubeconfig instead of the in-cluster one.
 
-Not run: the kubelet, the images (their pulls, their users and read-only root filesystems), the
-Job controller's retries. What the function does with the Job's outcome (the release held, the XR
-told why) is proved on the observed state at the end (docs/testing.md).
+The real Job controller runs the Job too (its pods run here, reported as the kubelet would), and
+the Jobs it finishes are what the function is given as observed: the release held, or moved, and
+the XR told why. The last test runs the move through the real provider-helm v1.3.0 (the e2e
+control plane and tests/e2e/providers.py), the only one that needs them.
+
+Not run: the kubelet, the images (their pulls, their users and read-only root filesystems),
+provider-kubernetes applying the Job (docs/testing.md).
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 import os
@@ -41,12 +47,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from function.serving import crd_job
-from function.versions import IMAGES
+from function.compose import compose_cluster
+from function.output import Output
+from function.serving import GATEWAY_SCHEMA, GATEWAYS, crd_job
+from function.serving.components import crd_job_key
+from function.versions import CHARTS, IMAGES
+from tests.builders import all_classes, example
 from tests.charts import helm_bin
+from tests.e2e import providers as real_providers
 from tests.e2e.controlplane import (
     LOCALHOST,
     ROOT,
+    SYSTEM_NAMESPACE,
     ControlPlane,
     Supervisor,
     bin_dir,
@@ -54,8 +66,16 @@ from tests.e2e.controlplane import (
     kubeconfig_text,
 )
 from tests.e2e.kube import Kube, condition, wait_for
+from tests.e2e.test_workload import (
+    release_deployed,
+    release_status,
+    remove_standalone_release,
+    standalone_release,
+)
 from tests.e2e.workload import BINARIES as WORKLOAD_BINARIES
 from tests.e2e.workload import WorkloadCluster
+from tests.sim.workload import inference_gateway
+from tests.unit import sim
 
 OWN_CHARTS = Path(__file__).resolve().parent / "crd-charts"
 CHART = "e2e-crds"
@@ -139,6 +159,7 @@ class Setup:
     registry: Registry
     pushed: dict[str, Pushed]
     workdir: Path
+    etcd: str  # its store, for another workload cluster beside this one
 
     @property
     def kube(self) -> Kube:
@@ -203,7 +224,7 @@ def setup(tmp_path_factory) -> Setup:
             Registry(workdir / "registry") as registry,
         ):
             pushed = {v: push(workdir, registry, v) for v in (OLD, NEW)}
-            yield Setup(cluster, registry, pushed, workdir)
+            yield Setup(cluster, registry, pushed, workdir, etcd)
     finally:
         store.stop()
 
@@ -611,6 +632,128 @@ def test_the_real_job_controller_completes_the_job_or_fails_it_after_its_retries
     gave_up = condition(failed, "Failed")
     assert gave_up.get("status") == "True" and gave_up["reason"] == "BackoffLimitExceeded", failed
     assert failed["status"]["failed"] == crd_job.BACKOFF_LIMIT + 1, failed["status"]
+    for job in finished.values():
+        name = job["metadata"]["name"]
+        assert crd_job.state(job, name) != crd_job.RUNNING
+    assert crd_job.state(done, done["metadata"]["name"]) == crd_job.COMPLETE
+    assert "BackoffLimitExceeded" in crd_job.state(failed, failed["metadata"]["name"])
+
+
+# The live release the function holds: lws on the existing example (Standard stack), at a chart
+# version before the pinned one (what the function's previous release pinned stands for it).
+LWS = "leader-worker-set"
+LWS_RELEASE, LWS_BEFORE = f"release-{LWS}", "0.7.0"
+
+
+def compose_live(job_seen: dict) -> tuple[Output, str]:
+    """The function's answer for the converged existing example whose lws release is still at
+    LWS_BEFORE, its CRD Job Object reporting job_seen's status (the real Job controller's, under
+    the name the function gives lws's Job, as provider-kubernetes reads it back into
+    status.atProvider.manifest); and that Job's name."""
+    xr, classes = example("existing")
+    required = {**all_classes(classes), GATEWAYS: [inference_gateway("fleet-a")]}
+    schemas = {GATEWAY_SCHEMA: True}
+    out = sim.converge(xr, required, None, schemas)
+    job_key = crd_job_key(LWS)
+    composed_job = out.resources[job_key].body["spec"]["forProvider"]["manifest"]
+    assert composed_job["metadata"]["name"] == crd_job.name(crd_job.chart_crds(LWS))
+    assert out.resources[LWS_RELEASE].body["spec"]["forProvider"]["chart"]["version"] != LWS_BEFORE
+
+    def live(key: str, body: dict) -> None:
+        if key == LWS_RELEASE:
+            body["spec"]["forProvider"]["chart"]["version"] = LWS_BEFORE
+            body["status"].setdefault("atProvider", {})["version"] = LWS_BEFORE
+        if key == job_key:
+            seen = {**copy.deepcopy(composed_job), "status": copy.deepcopy(job_seen["status"])}
+            body["status"].setdefault("atProvider", {})["manifest"] = seen
+            complete = condition(job_seen, "Complete").get("status") == "True"
+            body["status"]["conditions"] = [
+                {"type": "Ready", "status": str(complete), "reason": "Available" if complete
+                 else "Unavailable"},
+                {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+            ]  # fmt: skip
+
+    observed = sim.observed_from(out, live)
+    again = compose_cluster(xr, sim.answered(required, out), observed, schemas)
+    return again, composed_job["metadata"]["name"]
+
+
+def test_a_failed_job_holds_the_live_release_and_the_xr_says_why(finished):
+    """The function on a live cluster's observed state: while lws's CRD Job reports what the
+    real Job controller wrote for a Job whose fetch failed (Failed, BackoffLimitExceeded), the
+    release stays at the chart version it runs and BackendReady names the Job and gives the
+    controller's reason; once the Job reports Complete, the release moves to the pinned version,
+    installed without its crds/ (skipCRDs)."""
+    held, job_name = compose_live(finished["failed"])
+    chart = held.resources[LWS_RELEASE].body["spec"]["forProvider"]["chart"]
+    assert chart["version"] == LWS_BEFORE, chart
+    [backend] = [c for c in held.conditions if c.type == "BackendReady"]
+    assert not backend.status, backend
+    assert job_name in backend.message and "BackoffLimitExceeded" in backend.message, backend
+
+    moved, _ = compose_live(finished["complete"])
+    release = moved.resources[LWS_RELEASE].body["spec"]["forProvider"]
+    assert release["chart"]["version"] == CHARTS[LWS].version
+    assert release["skipCRDs"] is True
+
+
+@pytest.fixture(scope="module")
+def provider_processes(control_plane: ControlPlane):
+    """The real provider-helm v1.3.0 (and provider-kubernetes) against the e2e control plane."""
+    with real_providers.Providers(control_plane) as running:
+        yield running
+
+
+def test_the_real_provider_helm_moves_the_release_after_the_job_without_its_crds(
+    setup: Setup, kube: Kube, provider_processes
+):
+    """The same move with the real provider-helm v1.3.0 on a workload cluster of its own: a
+    Release of the chart at 0.1.0, pulled by provider-helm from the local registry (plainHTTP),
+    installs Widget from crds/; the Job for 0.2.0 takes it over and creates Gadget; then the
+    Release, moved to 0.2.0 with skipCRDs as the function composes it once the Job is Complete,
+    is upgraded by provider-helm, the CRDs left exactly as the Job applied them."""
+    name = "e2e-crd-job"
+    here = setup.workdir / "provider-helm"
+    here.mkdir()
+    chart = {
+        "name": CHART,
+        "repository": f"oci://{setup.registry.host}/{REPOSITORY}",
+        "version": OLD,
+    }
+    with WorkloadCluster(here / "workload", setup.etcd, prefix="/crd-job-helm") as wl:
+        other = replace(setup, cluster=wl, workdir=here)
+        release = standalone_release(
+            kube, wl, name, {"chart": chart, "namespace": RELEASE_NAMESPACE, "plainHTTP": True}
+        )
+        deployed = functools.partial(release_deployed, kube, name)
+        status = functools.partial(release_status, kube, name, provider_processes)
+        try:
+            wait_for(lambda: deployed(1), timeout=300, what="0.1.0 installed", describe=status)
+            helms = crd(other, WIDGETS)
+            assert helms is not None and crd(other, GADGETS) is None
+            # One manager, Helm's Create inside provider-helm, an Update (unnamed, so the API
+            # server names it after the User-Agent, client-go's default: the process's name).
+            assert list(managers(helms).values()) == ["Update"], helms["metadata"]
+            assert crd_job.MANAGER not in managers(helms)
+
+            ran = run_job(other, spec_for(other, NEW), "job")
+            assert [r.returncode for r in ran] == [0, 0], ran
+            moved = {n: crd(other, n) for n in (WIDGETS, GADGETS)}
+            assert all(managers(c).get(crd_job.MANAGER) == "Apply" for c in moved.values())
+
+            kube.patch(
+                release["apiVersion"], release["kind"], name,
+                {"spec": {"forProvider": {"chart": {**chart, "version": NEW}, "skipCRDs": True}}},
+                namespace=SYSTEM_NAMESPACE,
+            )  # fmt: skip
+            wait_for(lambda: deployed(2), timeout=300, what="the upgrade to 0.2.0", describe=status)
+            version = wl.kube.get("v1", "ConfigMap", f"{name}-version", RELEASE_NAMESPACE)
+            assert version["data"] == {"chart": NEW}
+            for crd_name, before in moved.items():
+                after = crd(other, crd_name)
+                assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        finally:
+            remove_standalone_release(kube, name)
 
 
 def test_the_e2e_runs_the_oras_the_job_s_image_pins():
