@@ -5,6 +5,8 @@
   stops what relies on it on that day. A certificate that must expire sooner comes from
   cert-manager, which renews it: each chart's cert-manager Certificate names an Issuer the same
   rendering or the function installs.
+- Every pinned chart's crds/ has a path that moves them with the chart (Helm installs crds/ once):
+  the function's CRD Job, its Objects, the chart's own pre-upgrade hook or installer.
 - The gateway survives a drain: the AI Gateway's controller, whose fail-closed webhook every new
   Envoy proxy pod needs, runs two replicas, spread, under a disruption budget that selects them.
 """
@@ -21,13 +23,18 @@ from function.serving import drains
 from function.serving.components import (
     AI_GATEWAY_VALUES,
     AI_GATEWAY_WEBHOOK_SECRET,
+    COMPONENTS,
     GROVE_BUDGET,
+    GROVE_VALUES,
     KAI_BUDGETED,
     LWS_BUDGET,
+    crd_job_key,
     kai_budget,
 )
+from function.versions import CHART_CRD_FILES, CHART_CRDS, CHARTS, CLOUD_CHARTS
 from tests import charts
 from tests.test_charts import CHECKED, RELEASES, own_release
+from tests.unit.test_crd_job import crd_files
 
 # A cluster is planned to run for years; a certificate that lives less needs a renewer.
 THREE_YEARS = datetime.timedelta(days=3 * 365)
@@ -250,3 +257,50 @@ def test_engine_pods_admission_survives_a_drain():
 def _service(operand: dict) -> dict:
     service = operand.get("service")
     return service if isinstance(service, dict) else {}
+
+
+# How each pinned chart's crds/ move with it (docs/stack.md, "CRDs that move with their charts"),
+# by release key; a chart with no crds/ has its CRDs in templates, which Helm upgrades.
+CRD_PATHS = {
+    "envoy-gateway": "the function's CRD Job",
+    "leader-worker-set": "the function's CRD Job",
+    "nvidia-dra-driver": "the function's CRD Job",
+    "node-feature-discovery": "the function's Objects",
+    "kai-scheduler": "the chart's pre-upgrade hook",
+    "network-operator": "the chart's pre-upgrade hook",
+    "grove": "the operator's CRD installer",
+}
+ALL_CHARTS = {**CHARTS, **CLOUD_CHARTS}
+
+
+def test_every_pinned_chart_with_crds_has_a_path_that_moves_them():
+    with_crds = {
+        key
+        for key, chart in ALL_CHARTS.items()
+        if chart.name not in charts.UNCHECKED
+        and crd_files(charts.charts_dir() / f"{chart.name}-{chart.version}")
+    }
+    assert with_crds == set(CRD_PATHS)
+
+
+@pytest.mark.parametrize("key", sorted(CRD_PATHS))
+def test_each_path_that_moves_a_chart_s_crds_is_there(key):
+    by_key = {c.key: c for c in COMPONENTS}
+    path = CRD_PATHS[key]
+    if path == "the function's CRD Job":
+        assert key in CHART_CRD_FILES  # tests/unit/test_crd_job.py: every file, pinned
+        assert by_key[key].crd_job == crd_job_key(key)
+        assert by_key[key].crd_job in by_key[key].after
+    elif path == "the function's Objects":
+        assert key in CHART_CRDS and by_key[key].crds
+    elif path == "the chart's pre-upgrade hook":
+        hooks = [
+            m
+            for m in charts.template(own_release(key))
+            if m["kind"] == "Job"
+            and "pre-upgrade" in (m["metadata"].get("annotations") or {}).get("helm.sh/hook", "")
+            and "crd" in m["metadata"]["name"]
+        ]
+        assert hooks, f"{key}: no pre-upgrade hook Job moves its CRDs"
+    else:
+        assert GROVE_VALUES["crdInstaller"] == {"enabled": True}
