@@ -451,14 +451,17 @@ def test_the_job_takes_over_what_helm_installed_and_creates_a_new_crd(setup: Set
     moved, added = crd(setup, WIDGETS), crd(setup, GADGETS)
     assert moved is not None and added is not None
     assert "colour" in spec_properties(moved)
+    # A field 0.2.0 drops goes too: the versions list is replaced whole (below).
+    assert "legacy" in spec_properties(helms) and "legacy" not in spec_properties(moved)
     assert spec_properties(moved)["size"]["description"].endswith("its colour is sold by.")
     assert "widget" in spec_properties(added)
     for found in (moved, added):
         assert condition(found, "Established").get("status") == "True", found["status"]
         assert managers(found).get(crd_job.MANAGER) == "Apply", found["metadata"]
     # Taken over: a CRD's versions are one atomic list (apiextensions/v1 types.go,
-    # +listType=atomic), which 0.2.0 changes, so the function's manager now owns it alone;
-    # Helm's keeps the fields both set alike (shared) and what only it set.
+    # +listType=atomic), which 0.2.0 changes, so the function's manager now owns it alone (and
+    # what 0.2.0 drops from a version's schema is gone); Helm's keeps the fields both set alike
+    # (shared) and what only it set.
     assert owned(moved, crd_job.MANAGER) >= {"versions", "group", "names", "scope"}
     assert owned(moved, "helm") == {"group", "names", "scope", "conversion"}, moved["metadata"]
     assert managers(added) == {crd_job.MANAGER: "Apply"}
