@@ -30,6 +30,7 @@ resourceNames bounds it too. Nothing may delete a CRD.
 """
 
 import hashlib
+import json
 from dataclasses import dataclass
 
 from function import names
@@ -107,12 +108,14 @@ def chart_crds(key: str, *, gateway_api: bool = True) -> ChartCRDs:
 
 
 def name(spec: ChartCRDs) -> str:
-    """The Job's name (and its RBAC's): the chart version and a hash of what it applies, so a new
-    version or another selection of files is a new Job (a Job's pod template is immutable)."""
-    made_of = "\n".join([spec.source, *(f"{f.sha256} {f.path}" for f in spec.files)])
+    """The Job's name (and its RBAC's): the chart version and a hash of the whole Job spec, so a
+    new version, another selection of files or any change of the pod (an image pinned, the
+    script) is a new Job: a Job's pod template is immutable, and provider-kubernetes would fail
+    to update it in place."""
+    made_of = json.dumps(_job_spec(spec), sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(made_of.encode()).hexdigest()[:8]
     version = spec.version.lower().replace(".", "-").replace("+", "-")
-    return f"mp-crds-{spec.key}-{version}-{digest}"[:63].rstrip("-")
+    return f"mp-crds-{spec.key}-{version}"[:54].rstrip("-") + f"-{digest}"
 
 
 def rbac_name(spec: ChartCRDs) -> str:
@@ -129,6 +132,9 @@ def fetch_args(spec: ChartCRDs) -> list[str]:
     return [*args, spec.source, f"{WORK}/chart:{spec.version}"]
 
 
+# Runs in upstream kubectl's image: debian-base bookworm (kubernetes/release images/build/
+# debian-base keeps tar and gzip) with bash, jq and coreutils added (kubernetes
+# build/server-image/kubectl/Dockerfile).
 # Reads the layout oras wrote, unpacks the chart layer, checks the pinned files, applies them and
 # waits for them. CHECKSUMS is sha256sum's format (one "<sha256>  <path>" a line), CRDS the
 # names. Every step fails the container (set -e), and the Job, loudly.
@@ -207,59 +213,66 @@ def job(spec: ChartCRDs, namespace: str) -> dict:
     """The Job: no ttlSecondsAfterFinished (provider-kubernetes would make a deleted Job again
     and run it anew), a few retries, restricted Pod Security, on any node that takes an
     untolerated pod (the system nodes)."""
-    scratch = [{"name": "work", "mountPath": WORK}]
-    labels = {"app.kubernetes.io/name": "mp-crds", "modelplane.ai/chart": spec.key}
-    env = apply_env(spec)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name(spec), "namespace": namespace, "labels": labels},
-        "spec": {
-            "backoffLimit": BACKOFF_LIMIT,
-            "activeDeadlineSeconds": DEADLINE_SECONDS,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": rbac_name(spec),
-                    "restartPolicy": "Never",
-                    "enableServiceLinks": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 65534,
-                        "runAsGroup": 65534,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "initContainers": [
-                        {
-                            "name": "fetch",
-                            "image": image("oras"),
-                            "args": fetch_args(spec),
-                            "env": [{"name": "HOME", "value": WORK}],
-                            "resources": {
-                                "requests": {"cpu": "10m", "memory": "32Mi"},
-                                "limits": {"memory": "128Mi"},
-                            },
-                            "securityContext": RESTRICTED,
-                            "volumeMounts": scratch,
-                        }
-                    ],
-                    "containers": [
-                        {
-                            "name": "apply",
-                            "image": image("kubectl"),
-                            "command": ["bash", "-c", APPLY_SCRIPT],
-                            "env": [{"name": k, "value": v} for k, v in env.items()],
-                            "resources": {
-                                "requests": {"cpu": "50m", "memory": "64Mi"},
-                                "limits": {"memory": "512Mi"},
-                            },
-                            "securityContext": RESTRICTED,
-                            "terminationMessagePolicy": "FallbackToLogsOnError",
-                            "volumeMounts": scratch,
-                        }
-                    ],
-                    "volumes": [{"name": "work", "emptyDir": {"sizeLimit": "64Mi"}}],
+        "metadata": {"name": name(spec), "namespace": namespace, "labels": _labels(spec)},
+        "spec": _job_spec(spec),
+    }
+
+
+def _labels(spec: ChartCRDs) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "mp-crds", "modelplane.ai/chart": spec.key}
+
+
+def _job_spec(spec: ChartCRDs) -> dict:
+    scratch = [{"name": "work", "mountPath": WORK}]
+    env = apply_env(spec)
+    return {
+        "backoffLimit": BACKOFF_LIMIT,
+        "activeDeadlineSeconds": DEADLINE_SECONDS,
+        "template": {
+            "metadata": {"labels": _labels(spec)},
+            "spec": {
+                "serviceAccountName": rbac_name(spec),
+                "restartPolicy": "Never",
+                "enableServiceLinks": False,
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 65534,
+                    "runAsGroup": 65534,
+                    "seccompProfile": {"type": "RuntimeDefault"},
                 },
+                "initContainers": [
+                    {
+                        "name": "fetch",
+                        "image": image("oras"),
+                        "args": fetch_args(spec),
+                        "env": [{"name": "HOME", "value": WORK}],
+                        "resources": {
+                            "requests": {"cpu": "10m", "memory": "32Mi"},
+                            "limits": {"memory": "128Mi"},
+                        },
+                        "securityContext": RESTRICTED,
+                        "volumeMounts": scratch,
+                    }
+                ],
+                "containers": [
+                    {
+                        "name": "apply",
+                        "image": image("kubectl"),
+                        "command": ["bash", "-c", APPLY_SCRIPT],
+                        "env": [{"name": k, "value": v} for k, v in env.items()],
+                        "resources": {
+                            "requests": {"cpu": "50m", "memory": "64Mi"},
+                            "limits": {"memory": "512Mi"},
+                        },
+                        "securityContext": RESTRICTED,
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "volumeMounts": scratch,
+                    }
+                ],
+                "volumes": [{"name": "work", "emptyDir": {"sizeLimit": "64Mi"}}],
             },
         },
     }

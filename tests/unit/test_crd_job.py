@@ -122,6 +122,17 @@ def test_a_pinned_digest_is_what_oras_fetches():
     assert crd_job.name(pinned) != crd_job.name(spec)
 
 
+def test_any_change_of_the_pod_is_a_new_job(monkeypatch):
+    """A Job's pod template is immutable: pinning an image's digest names another Job."""
+    spec = crd_job.chart_crds("leader-worker-set")
+    before = crd_job.name(spec)
+    monkeypatch.setitem(IMAGE_DIGESTS, "kubectl", "sha256:" + "b" * 64)
+    assert crd_job.name(spec) != before
+    job = crd_job.job_resources(spec)[crd_job.JOB]
+    [apply] = job["spec"]["template"]["spec"]["containers"]
+    assert apply["image"].endswith("@sha256:" + "b" * 64)
+
+
 def test_what_is_not_pinned_by_digest_is_listed_for_the_release():
     """`make release-pins` refuses a release while any of these is None: the list says which."""
     left = unpinned()
