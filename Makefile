@@ -88,6 +88,12 @@ PROVIDER_K8S    := $(TOOLS_BIN)/provider-kubernetes
 PROVIDERS       := $(PROVIDER_HELM) $(PROVIDER_K8S)
 # The loopback stand-in of Nebius IAM's token exchange the providers' gosdk calls (tests/tools/nebiusiam).
 NEBIUS_IAM      := $(TOOLS_BIN)/nebius-iam
+# The local OCI registry (CNCF Distribution) and the CRD Job's registry client (oras, at the version
+# the Job's image pins in function/versions.py) of tests/e2e/test_crd_job.py, each from a pinned
+# wrapper module (tests/tools/registry, tests/tools/oras).
+REGISTRY        := $(TOOLS_BIN)/registry
+ORAS            := $(TOOLS_BIN)/oras
+tool_version     = $(shell awk '$$1 == "require" && $$2 == "$(2)" {print $$3}' tests/tools/$(1)/go.mod)
 provider_version = $(shell awk '$$1 == "require" && $$2 == "github.com/crossplane-contrib/$(1)" {print $$3}' $(PROV_MODS)/$(2)/go.mod)
 required         = $(shell awk '$$1 == "require" && $$2 == "$(2)" {print $$3}' $(CP_MODS)/$(1)/go.mod)
 K8S_VERSION     := $(call required,kubernetes,k8s.io/kubernetes)
@@ -97,7 +103,7 @@ K8S_LDFLAGS     := -s -w -X $(K8S_VERSION_PKG).gitVersion=$(K8S_VERSION) \
 	-X $(K8S_VERSION_PKG).gitMajor=$(patsubst v%,%,$(word 1,$(subst ., ,$(K8S_VERSION)))) \
 	-X $(K8S_VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION))) -X $(K8S_VERSION_PKG).gitTreeState=clean
 
-e2e-tools: $(E2E_TOOLS) $(PROVIDERS) $(NEBIUS_IAM)
+e2e-tools: $(E2E_TOOLS) $(PROVIDERS) $(NEBIUS_IAM) $(REGISTRY) $(ORAS)
 
 $(KUBE_APISERVER) $(KUBE_CM) $(KUBE_SCHEDULER) $(KUBECTL): $(CP_MODS)/kubernetes/go.mod $(CP_MODS)/kubernetes/go.sum
 	mkdir -p $(TOOLS_BIN)
@@ -136,6 +142,17 @@ $(PROVIDER_K8S): $(PROV_MODS)/kubernetes/go.mod $(PROV_MODS)/kubernetes/go.sum |
 $(NEBIUS_IAM): tests/tools/nebiusiam/go.mod tests/tools/nebiusiam/go.sum tests/tools/nebiusiam/main.go | $(PROVIDER_K8S)
 	mkdir -p $(TOOLS_BIN)
 	cd tests/tools/nebiusiam && go build -trimpath -ldflags "-s -w" -o $@ .
+
+$(REGISTRY): tests/tools/registry/go.mod tests/tools/registry/go.sum | $(NEBIUS_IAM)
+	mkdir -p $(TOOLS_BIN)
+	cd tests/tools/registry && go build -trimpath -o $@ \
+		-ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$(call tool_version,registry,github.com/distribution/distribution/v3)" \
+		github.com/distribution/distribution/v3/cmd/registry
+
+$(ORAS): tests/tools/oras/go.mod tests/tools/oras/go.sum | $(REGISTRY)
+	mkdir -p $(TOOLS_BIN)
+	cd tests/tools/oras && go build -trimpath -o $@ \
+		-ldflags "-s -w -X oras.land/oras/internal/version.BuildMetadata=" oras.land/oras/cmd/oras
 
 ## Render a bundled example (EXAMPLE=existing|gke|eks|aks|nebius|vultr) with the real crossplane CLI.
 render: setup
