@@ -56,9 +56,15 @@ def pages() -> list[Path]:
 
 
 def changelog_current() -> str:
+    """The current entry, without its lists of what goes on upgrade: those name what the
+    previous release composed, which tests/test_upgrade.py holds to what actually goes."""
     text = (ROOT / "CHANGELOG.md").read_text()
     entries = re.split(r"^## ", text, flags=re.M)
-    return "## " + entries[1] if len(entries) > 1 else ""
+    if len(entries) < 2:
+        return ""
+    sections = re.split(r"^(?=### )", entries[1], flags=re.M)
+    kept = [s for s in sections if not s.startswith(("### Removed on", "### Replaced on"))]
+    return "## " + "".join(kept)
 
 
 def texts() -> dict[str, str]:
