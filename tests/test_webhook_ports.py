@@ -94,7 +94,8 @@ def installed(request) -> tuple[str, list[dict], dict]:
     for release in (b for b in bodies if b["kind"] == "Release"):
         assert charts.checked(release), charts.release_name(release)
         namespace = release["spec"]["forProvider"]["namespace"]
-        for rendered in charts.template(release):
+        # The chart's crds/ whoever applies them: Helm, the CRD Job (skipCRDs) or an Object.
+        for rendered in charts.template(release, crds=True):
             m = copy.deepcopy(rendered)
             m["metadata"].setdefault("namespace", namespace)
             manifests.append(m)
