@@ -745,7 +745,11 @@ def table() -> tuple[Component, ...]:
             "nvidia-dra-driver",
             dra_driver_values,
             after=("dra-driver-critical-pods-quota",),
-            rolls_back_within=((0, 4, 0), (25, 0, 0)),
+            # One minor: its kubelet plugin validates a checkpoint by re-encoding it (0.4.1
+            # cmd/gpu-kubelet-plugin/checkpoint.go), so a field a later minor writes reads as
+            # corrupted after a rollback, as nodeBootID did to 25.12.0 (stack SRE review). A bump
+            # to the next minor widens this deliberately, once its checkpoint is read back.
+            rolls_back_within=((0, 4, 0), (0, 5, 0)),
             crd_job=crd_job_key("nvidia-dra-driver"),
         ),
         # Where each GPU pool's probe claims its GPUs with admin access (function/serving/gpus.py).

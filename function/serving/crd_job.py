@@ -44,9 +44,14 @@ MANAGER = "modelplane-crds"
 HELM_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 WORK = "/work"
 # Long enough for 20 CRDs to be Established on a slow API server; the Job is retried
-# BACKOFF_LIMIT times, then Failed (holding the release, with the reason in BackendReady).
+# BACKOFF_LIMIT times (10 s, 20 s, ... 320 s apart: ten minutes for a registry's rate limit or
+# outage to pass), then Failed (holding the release, with the reason in BackendReady). A pod a
+# drain evicts counts for nothing (POD_FAILURE_POLICY).
 WAIT_TIMEOUT = "300s"
-BACKOFF_LIMIT = 2
+BACKOFF_LIMIT = 6
+POD_FAILURE_POLICY = {
+    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+}
 DEADLINE_SECONDS = 1800
 
 SERVICE_ACCOUNT, CLUSTER_ROLE, BINDING, JOB = "serviceaccount", "clusterrole", "binding", "job"
@@ -230,6 +235,7 @@ def _job_spec(spec: ChartCRDs) -> dict:
     env = apply_env(spec)
     return {
         "backoffLimit": BACKOFF_LIMIT,
+        "podFailurePolicy": POD_FAILURE_POLICY,
         "activeDeadlineSeconds": DEADLINE_SECONDS,
         "template": {
             "metadata": {"labels": _labels(spec)},

@@ -98,6 +98,10 @@ def test_the_job_is_restricted_and_never_made_again_by_itself(key):
     job = crd_job.job_resources(spec)[crd_job.JOB]
     assert "ttlSecondsAfterFinished" not in job["spec"]  # provider-kubernetes would re-create it
     assert job["spec"]["backoffLimit"] == crd_job.BACKOFF_LIMIT
+    # A pod a drain evicts is no failure (the stack SRE review: evictions used up the retries).
+    assert job["spec"]["podFailurePolicy"]["rules"][0]["onPodConditions"] == [
+        {"type": "DisruptionTarget"}
+    ]
     pod = job["spec"]["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     assert "tolerations" not in pod

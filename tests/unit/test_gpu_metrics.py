@@ -40,8 +40,8 @@ def test_every_source_maps_gpus_to_dra_claims_on_gpu_nodes_only(source):
     values = gpu_metrics.values(source, False, "/")
     assert values["kubernetesDRA"] == {"enabled": True}
     assert values["tolerations"] == [GPU_TOLERATION]
-    assert values["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
-    assert values["resources"]["limits"] == {"cpu": "200m", "memory": "512Mi"}
+    assert values["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    assert values["resources"]["limits"] == {"memory": "1Gi"}
     assert values["image"] == {
         "repository": "nvcr.io/nvidia/k8s/dcgm-exporter",
         "tag": "4.6.0-4.8.3-distroless",

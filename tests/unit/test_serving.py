@@ -443,7 +443,10 @@ def test_every_release_retries_and_the_dra_driver_rolls_back_only_within_the_mai
     assert dra_after("deployed", 4, retries=False)["rollbackLimit"] == kube.RELEASE_RETRIES
     assert dra_after("failed", 5)["rollbackLimit"] == kube.RELEASE_RETRIES
     assert dra_after("pending-upgrade", 5)["rollbackLimit"] == kube.RELEASE_RETRIES
-    assert dra_after("deployed", 3, version="0.5.0")["rollbackLimit"] == kube.RELEASE_RETRIES
+    assert dra_after("deployed", 3, version="0.4.9")["rollbackLimit"] == kube.RELEASE_RETRIES
+    # Another minor of it: its checkpoint may not read back in 0.4 (0.4.1 validates it by
+    # re-encoding), so none until the range is widened deliberately.
+    assert "rollbackLimit" not in dra_after("deployed", 3, version="0.5.0")
     # Still on NVIDIA's line, or its upgrade to the maintained line failed or hangs: the revision
     # before is 25.12.0, so no rollback (the function's own upgrade drops the limit with it).
     assert "rollbackLimit" not in dra_after("deployed", 3, version="25.12.0")
