@@ -35,8 +35,12 @@ import datetime
 import os
 from collections.abc import Callable
 
-from function.serving import gpu_health
+import yaml
+
+from function.serving import crd_job, gpu_health
+from function.versions import CHARTS
 from tests import nodes
+from tests.charts import chart_path
 from tests.e2e.controlplane import Process, bin_dir, kubeconfig_text
 from tests.e2e.kube import ApiError, Kube, Ticker, condition
 from tests.e2e.workload import WorkloadCluster
@@ -133,6 +137,7 @@ class StandIns:
     def tick(self) -> None:
         for step in (
             self.node_pools,
+            self.crd_jobs,
             self.nfd,
             self.dra,
             self.cert_manager,
@@ -392,6 +397,34 @@ class StandIns:
                     )
             self.status(bundle, {"conditions": [true("Synced", "Synced")]})
             self.done.add(f"trust-manager/{bundle['metadata']['name']}")
+
+    def crd_jobs(self) -> None:
+        """What a CRD Job's containers do (function/serving/crd_job.py), which kwok never runs (it
+        completes the pod): each chart file its apply container's CHECKSUMS name, read from the
+        chart in ../shared/charts, applied by server-side apply under the Job's field manager.
+        The containers' own commands run as processes in tests/e2e/test_crd_job.py."""
+        jobs = self.kube.list("batch/v1", "Job", label_selector="app.kubernetes.io/name=mp-crds")
+        for job in jobs:
+            name = job["metadata"]["name"]
+            if f"crd-job/{name}" in self.done:
+                continue
+            chart = CHARTS[job["metadata"]["labels"]["modelplane.ai/chart"]]
+            root = chart_path(chart.name, chart.version) or chart_path(
+                chart.name, f"v{chart.version}"
+            )
+            if root is None:
+                raise LookupError(f"no chart {chart.name} {chart.version} for the Job {name}")
+            env = {
+                e["name"]: e.get("value", "")
+                for c in job["spec"]["template"]["spec"]["containers"]
+                for e in c.get("env", [])
+            }
+            for line in env.get("CHECKSUMS", "").splitlines():
+                path = line.split(None, 1)[1].split("/", 1)[1]  # inside the chart's folder
+                for doc in yaml.safe_load_all((root / path).read_text()):
+                    if doc:
+                        self.kube.apply(doc, manager=crd_job.MANAGER)
+            self.done.add(f"crd-job/{name}")
 
     def envoy_gateway(self) -> None:
         if not self.available("envoy-gateway"):
