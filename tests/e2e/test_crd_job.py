@@ -6,7 +6,7 @@ It runs, on free 127.0.0.1 ports and stopped by PID (tests/e2e/controlplane.py's
   kube-controller-manager, kube-scheduler, kwok); no Crossplane, no providers;
 - the CNCF Distribution registry (`make e2e-tools`, tests/tools/registry), over plain HTTP, to
   which the real Helm v3.21.1 pushes a chart of our own in two versions
-  (tests/e2e/crd-charts: 0.2.0 changes Widget's schema and adds Gadget); the digests are read
+  (tests/e2e/stand-in-charts/crd-job: 0.2.0 changes Widget's schema and adds Gadget); the digests are read
   back from the registry.
 
 The Job is the one the function composes (`crd_job.job_resources`), for that chart at that
@@ -77,7 +77,7 @@ from tests.e2e.workload import WorkloadCluster
 from tests.sim.workload import inference_gateway
 from tests.unit import sim
 
-OWN_CHARTS = Path(__file__).resolve().parent / "crd-charts"
+OWN_CHARTS = Path(__file__).resolve().parent / "stand-in-charts" / "crd-job"
 CHART = "e2e-crds"
 REPOSITORY = "charts"  # the chart is at <registry>/charts/e2e-crds
 OLD, NEW = "0.1.0", "0.2.0"
