@@ -7,7 +7,8 @@ DaemonSet's pod Ready on the node), so an install that fails shows:
 
 - the cloud's node pools: a kwok node per GPU pool node the function composed (from the composed
   pools' own fields, tests/nodes.py), once the pool is Ready; for Existing, the GPU nodes docs/clouds/existing.md
-  asks the operator to prepare; each with the class's GPUs, once the XR reports them;
+  asks the operator to prepare; each with the class's GPUs, once the XR reports them; on Vultr,
+  the `nvidia` RuntimeClass the GPU Operator VKE installs creates;
 - NFD's worker and master: the node labels tests/nodes.py derives from the nfd-worker.conf the
   release installed and from the NodeFeatureRules (pci.device `In` terms only), on a GPU node
   whose worker pod is Ready;
@@ -37,7 +38,7 @@ from collections.abc import Callable
 
 import yaml
 
-from function.serving import crd_job, gpu_health
+from function.serving import crd_job, gpu_health, gpu_metrics
 from function.versions import CHARTS
 from tests import nodes
 from tests.charts import chart_path
@@ -232,6 +233,8 @@ class StandIns:
 
     def node_pools(self) -> None:
         gpu, xr = self.pools()
+        if gpu and "vultr" in xr.get("spec", {}).get("cluster", {}):
+            self.vke_runtime_class()
         spec_pools = {p["name"]: p for p in xr.get("spec", {}).get("nodePools") or []}
         status_pools = {p["name"]: p for p in xr.get("status", {}).get("gpuPools") or []}
         for node in gpu:
@@ -251,6 +254,22 @@ class StandIns:
                 self.cluster.add_node(name, node.labels, node.taints, allocatable)
                 self.gpu_nodes[name] = gpus
                 self.done.add(f"node/{name}")
+
+    def vke_runtime_class(self) -> None:
+        """The RuntimeClass the GPU Operator VKE installs on GPU pools creates (its ClusterPolicy's
+        operator.runtimeClass, `nvidia` by default), which the DCGM exporter runs under there."""
+        if "vke/runtime-class" in self.done:
+            return
+        self.kube.apply(
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": gpu_metrics.VULTR_RUNTIME_CLASS},
+                "handler": gpu_metrics.VULTR_RUNTIME_CLASS,
+            },
+            manager=MANAGER,
+        )
+        self.done.add("vke/runtime-class")
 
     def nfd(self) -> None:
         configs = [
