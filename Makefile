@@ -29,7 +29,7 @@ export HELM
 export HELM4
 export CHARTS_DIR
 
-.PHONY: setup render test lint bench clean package e2e e2e-tools
+.PHONY: setup render validate test lint bench clean package e2e e2e-tools
 
 setup: $(VENV)/.stamp $(CROSSPLANE) $(CELCOST) $(HELM) $(HELM4) $(WORKLOAD_CRDS)
 
@@ -43,10 +43,14 @@ $(VENV)/.stamp: pyproject.toml
 	touch $@
 
 # crank v2.2.1 built through a pinned wrapper module (tests/tools/crank/go.sum), so no module is resolved
-# at build time beyond what go.sum names.
+# at build time beyond what go.sum names. Its version is stamped as Crossplane's release build does
+# (internal/version.version at that tag): `crossplane version --client` prints it, and `crossplane
+# beta validate` names its default Crossplane image by it (an empty one is an invalid reference).
 $(CROSSPLANE): tests/tools/crank/go.mod tests/tools/crank/go.sum
 	mkdir -p $(TOOLS_BIN)
-	cd tests/tools/crank && go build -o $(CROSSPLANE) github.com/crossplane/crossplane/v2/cmd/crank
+	cd tests/tools/crank && go build -o $(CROSSPLANE) \
+		-ldflags "-X github.com/crossplane/crossplane/v2/internal/version.version=$(call tool_version,crank,github.com/crossplane/crossplane/v2)" \
+		github.com/crossplane/crossplane/v2/cmd/crank
 
 # The real Helm CLI, pinned the same way, twice: v3.21.1 as provider-helm v1.3.0 (the provider the e2e
 # builds and runs) links it, and v4.2.3 as provider-helm v1.4.0 (what the Configuration installs)
@@ -154,9 +158,16 @@ $(ORAS): tests/tools/oras/go.mod tests/tools/oras/go.sum | $(REGISTRY)
 	cd tests/tools/oras && go build -trimpath -o $@ \
 		-ldflags "-s -w -X oras.land/oras/internal/version.BuildMetadata=" oras.land/oras/cmd/oras
 
-## Render a bundled example (EXAMPLE=existing|gke|eks|aks|nebius|vultr) with the real crossplane CLI.
+## Render a bundled example (EXAMPLE=existing|gke|eks|aks|nebius|vultr) with the real crossplane CLI:
+## the first reconcile, or with CONVERGED=1 the last one, the providers played by the project's
+## simulator (tests/sim), so the whole composition shows.
 render: setup
-	$(BIN)/python -m tests.tools.render $(EXAMPLE)
+	$(BIN)/python -m tests.tools.$(if $(CONVERGED),converged,render) $(EXAMPLE)
+
+## Validate a bundled example and what it renders (CONVERGED=1: the last reconcile) against the XRDs
+## and the real CRDs in CRDS_DIR with `crossplane beta validate`, offline.
+validate: setup
+	$(BIN)/python -m tests.tools.validate $(EXAMPLE) $(if $(CONVERGED),--converged)
 
 ## Run the whole test suite: lint, unit, gRPC, crossplane render and beta validate end to end, real control plane.
 test: setup e2e-tools lint

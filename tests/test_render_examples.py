@@ -13,7 +13,9 @@ import yaml
 
 from tests.builders import example
 from tests.conftest import APIS, CROSSPLANE_IMAGE, EXAMPLES, ROOT, crd_files
-from tests.golden import check_golden
+from tests.golden import GOLDEN, check_golden
+from tests.tools import validate
+from tests.tools.converged import converged
 from tests.tools.render import render_args
 from tests.tools.server import function_server
 from tests.validation import ACTIVATION_POLICY
@@ -176,6 +178,47 @@ def test_inference_class_renders_accepted(crossplane, target, tmp_path):
 @pytest.mark.parametrize("name", [*SOURCES, "existing-second-pass", "existing-class-deleted"])
 def test_golden(rendered, name):
     check_golden(name, rendered[name])
+
+
+@pytest.fixture(scope="module")
+def converged_eks(target, tmp_path_factory) -> tuple[str, int]:
+    """The tool's converged render of `eks`, module-scoped as tests/test_clouds.py's are: on the
+    wall clock, as the function server's, so the simulated GPU health report is fresh."""
+    return converged(target, "eks", tmp_path_factory.mktemp("converged"))
+
+
+def test_the_converged_render_shows_the_whole_composition(crossplane, target, converged_eks):
+    """`make render EXAMPLE=eks CONVERGED=1` (tests/tools/converged.py): the last reconcile,
+    with the cluster, its node groups, add-ons, Pod Identity, the kubeconfig writer and the stack
+    the first reconcile leaves out, is exactly what tests/test_clouds.py converges the example to
+    (its golden file), its Capacity Block included."""
+    first = {d["kind"] for d in render(crossplane, target, EXAMPLES / "eks")[1:]}
+    out, passes = converged_eks
+    xr, composed, results = split([d for d in yaml.safe_load_all(out) if d])
+    later = {"Cluster", "NodeGroup", "Addon", "PodIdentityAssociation", "ClusterAuth", "Release"}
+    assert later <= {d["kind"] for d in composed.values()} - first
+    assert passes > 2
+    ready = next(c for c in xr["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+    expected = (GOLDEN / "eks-converged.yaml").read_text()
+    assert yaml.safe_dump_all([xr, *composed.values(), *results], sort_keys=True) == expected
+
+
+def test_make_validate_passes_an_example_and_fails_a_wrong_field(monkeypatch, capsys):
+    """`make validate EXAMPLE=existing` (tests/tools/validate.py), offline; the same with the
+    rendered XR's node count made a string exits 1 naming the field."""
+    assert validate.main(["existing"]) == 0
+    assert "existing: " in capsys.readouterr().out
+    real = validate.rendered
+
+    def wrong(*args):
+        docs = real(*args)
+        docs[0]["spec"]["nodePools"][0]["nodeCount"] = "two"
+        return docs
+
+    monkeypatch.setattr(validate, "rendered", wrong)
+    assert validate.main(["existing"]) == 1
+    assert "nodeCount" in capsys.readouterr().err
 
 
 def test_everything_rendered_validates_against_the_real_schemas(

@@ -280,3 +280,49 @@ def test_an_example_pointing_at_a_missing_section_is_caught():
     }
     assert broken_example_refs("# (docs/nowhere.md, Nothing)") == {"docs/nowhere.md"}
     assert not broken_example_refs('# (docs/clouds/gke.md, "GKE access").')
+
+
+# A path in backticks that starts with `docs/` is this repository's page; another project's is
+# written with that project's name first (`cluster-autoscaler/docs/dra_support.md`).
+DOCS_PATH = re.compile(r"`(docs/[\w./-]+\.md)")
+# What a reader of a clone has: the README, the quickstarts and the pages they lead to, the
+# examples, and what the packages ship. `../shared` (the tests' material, docs/testing.md) is
+# beside the developers' clone only, never in a reader's.
+READER_FILES = (
+    "README.md",
+    "docs/quickstart/*.md",
+    "docs/scope.md",
+    "docs/smoke-test.md",
+    "examples/**/*.yaml",
+    "package/**/*.yaml",
+)
+OUTSIDE = re.compile(r"\.\./shared\b")
+
+
+def missing_doc_paths(text: str) -> set[str]:
+    return {p for p in DOCS_PATH.findall(text) if not (ROOT / p).is_file()}
+
+
+def reader_files() -> list[Path]:
+    return sorted({p for pattern in READER_FILES for p in ROOT.glob(pattern)})
+
+
+def test_every_docs_path_the_docs_name_exists():
+    missing = {name: sorted(missing_doc_paths(t)) for name, t in texts().items()}
+    missing = {name: paths for name, paths in missing.items() if paths}
+    assert not missing, (
+        f"docs/ pages named that do not exist (another project's? name it): {missing}"
+    )
+
+
+def test_what_a_reader_of_a_clone_has_points_inside_the_clone():
+    files = reader_files()
+    assert ROOT / "package" / "configuration" / "crossplane.yaml" in files
+    outside = [str(p.relative_to(ROOT)) for p in files if OUTSIDE.search(p.read_text())]
+    assert not outside, f"paths outside the repository: {outside}"
+
+
+def test_a_missing_docs_path_is_caught():
+    text = "see `docs/status.md`, `docs/cni-proposal.md` and `amazon-vpc-cni-k8s/docs/x.md`"
+    assert missing_doc_paths(text) == {"docs/cni-proposal.md"}
+    assert OUTSIDE.search("(../shared/crds/SOURCES.md)")

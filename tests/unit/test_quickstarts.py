@@ -4,6 +4,7 @@ pins, and the EKS IAM policy allows what the function composes on AWS."""
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ SMOKE = ROOT / "examples" / "smoke"
 CONFIGURATION_META = ROOT / "package" / "configuration" / "crossplane.yaml"
 ACTIVATION_POLICY = ROOT / "package" / "configuration" / "activation-policy.yaml"
 CROSSPLANE_GO_MOD = ROOT / "tests" / "tools" / "controlplane" / "crossplane" / "go.mod"
+CRANK_GO_MOD = ROOT / "tests" / "tools" / "crank" / "go.mod"
 STAND_IN_CRD = SMOKE / "control-plane" / "inferencegateway-crd.yaml"
 SOURCES = ("eks", "gke", "aks", "nebius", "vultr", "existing")
 
@@ -67,7 +69,9 @@ def test_every_file_a_page_names_exists(page):
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_kubectl_apply_targets_a_file_of_the_repository(page):
     shell = shell_blocks(page)
-    targets = re.findall(r"kubectl(?: --kubeconfig \S+)? apply -f (\S+)", shell)
+    # In code blocks and in prose (a cleanup step names what to delete after what).
+    targets = re.findall(r"kubectl(?: --kubeconfig \S+)? (?:apply|delete) -f ([\w./-]+|-)", shell)
+    targets += re.findall(r"`kubectl delete -f ([\w./-]+)`", page.read_text())
     for target in targets:
         assert target == "-" or (ROOT / target).is_file(), f"{page.name}: {target}"
     # A manifest piped through sed is one of the repository's too.
@@ -141,12 +145,28 @@ def test_the_credential_templates_are_in_the_format_each_provider_reads():
     )
 
 
+def test_gke_cleanup_removes_every_role_and_binding_step_1_grants():
+    text = shell_blocks(DOCS / "quickstart" / "gke.md")
+    loops = re.findall(
+        r"for role in (.*?); do\s+gcloud projects (add|remove)-iam-policy-binding", text, re.S
+    )
+    roles = {verb: set(re.findall(r"roles/[\w.]+", body)) for body, verb in loops}
+    assert roles.keys() == {"add", "remove"}
+    assert roles["add"] == roles["remove"]
+    for verb in ("add", "remove"):
+        assert f"gcloud iam service-accounts {verb}-iam-policy-binding" in text, verb
+    assert "gcloud iam service-accounts delete" in text
+
+
 # --- Versions. ----------------------------------------------------------------------------------
 
 
 def test_crossplane_is_installed_at_the_version_the_e2e_runs():
     pinned = re.search(r"github.com/crossplane/crossplane/v2 (v\S+)", CROSSPLANE_GO_MOD.read_text())
     assert pinned
+    # One version: the CLI the tests render and validate with is the same release.
+    cli = re.search(r"github.com/crossplane/crossplane/v2 (v\S+)", CRANK_GO_MOD.read_text())
+    assert cli and cli[1] == pinned[1]
     shell = shell_blocks(DOCS / "quickstart" / "README.md")
     (installed,) = re.findall(
         r"helm install crossplane crossplane-stable/crossplane --version (\S+)", shell
@@ -154,6 +174,22 @@ def test_crossplane_is_installed_at_the_version_the_e2e_runs():
     assert f"v{installed}" == pinned[1]
     floor = yaml.safe_load(CONFIGURATION_META.read_text())["spec"]["crossplane"]["version"]
     assert f"`{floor}`" in (DOCS / "quickstart" / "README.md").read_text()
+
+
+def test_the_crossplane_cli_is_built_with_its_version():
+    """`crossplane version --client` prints it, and `crossplane beta validate` names its default
+    Crossplane image by it (an empty tag is an invalid reference): the Makefile stamps the
+    variable crank's own release build sets, from the pinned module."""
+    (cli,) = re.findall(r"github.com/crossplane/crossplane/v2 (v\S+)", CRANK_GO_MOD.read_text())
+    target = "/nonexistent/crossplane"
+    proc = subprocess.run(
+        ["make", "-n", f"CROSSPLANE={target}", target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f"-X github.com/crossplane/crossplane/v2/internal/version.version={cli}" in proc.stdout
 
 
 def test_the_configuration_is_the_release_at_hand():
