@@ -220,23 +220,26 @@ def support_type(cloud: Cloud) -> str:
     Cluster (...) upgrade policy`) and hold every change after it; EXTENDED is kept, and said,
     until the cluster runs a minor in standard support."""
     cluster = cloud.observed("cluster")
-    if cluster is None or cluster.at_provider("upgradePolicy", "supportType") != "EXTENDED":
+    if cluster is None:
         return "STANDARD"
+    reported = cluster.at_provider("upgradePolicy", "supportType")
     running = minor(cluster.at_provider("version"))
-    if running is None:
-        # Its version lost for a moment: what the spec sent before stands.
+    if reported is None or (reported == "EXTENDED" and running is None):
+        # Its status lost for a moment: what the spec sent before stands.
         sent = cluster.get("spec", "forProvider", "upgradePolicy", "supportType")
         return sent if sent in ("STANDARD", "EXTENDED") else "STANDARD"
+    if reported != "EXTENDED" or running is None:
+        return "STANDARD"
     ends = calendars.EKS.ends
-    end = ends.get(running, None) if running in ends else None
-    past = (running < min(ends)) or (end is not None and clock.reached(end))
+    end = ends.get(running)
+    past = running < min(ends) or (end is not None and clock.reached(end))
     if not past:
         return "STANDARD"
     supported = sorted(m for m, e in ends.items() if e is None or not clock.reached(e))
     to = (
         f"raise spec.cluster.eks.kubernetesVersion to {text(supported[0])} or newer"
         if supported
-        else ("raise spec.cluster.eks.kubernetesVersion")
+        else "raise spec.cluster.eks.kubernetesVersion"
     )
     since = f" on {end.date().isoformat()}" if end is not None else ""
     cloud.warn(
