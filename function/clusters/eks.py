@@ -620,9 +620,9 @@ class EKSCluster:
             {
                 **logs,
                 "version": self.versions.control_plane,
-                # Standard support only: extended support is billed per cluster hour, and a
-                # STANDARD cluster is upgraded by EKS at the end of standard support instead.
-                "upgradePolicy": {"supportType": "STANDARD"},
+                # Standard support (a cluster in extended support already stays in it until
+                # it runs a minor in standard support: eks_upgrade.support_type).
+                "upgradePolicy": {"supportType": eks_upgrade.support_type(c)},
                 "roleArnRef": {"name": c.name("role", "cluster")},
                 "accessConfig": {
                     "authenticationMode": "API",

@@ -18,17 +18,42 @@ marks it (MOVED_BY_CLOUD: the next reconcile finds the spec at the running minor
 tell), says so on the XR, and the node groups follow one at a time, the system group first and
 the GPU pools after it, each with the safeguards of a step the spec asks for (a Capacity Block
 group drained to 0 first: EKSCluster.block_upgrade).
+
+A step EKS refuses before it starts (UpdateClusterVersion's upgrade readiness checks, which only
+`force` overrides: InvalidStateException, EKS API reference) is not an update in flight: the
+Cluster reports its provider's refusal and is not UPDATING, so the step is said on the XR
+(ControlPlaneUpgradeRefused) and a spec lowered again takes it back. A node group whose update
+EKS fails (a drain a PodDisruptionBudget blocks, no capacity) is said on the XR, naming its pool
+(NodeGroupUpgradeBlocked), since the groups after it wait for it.
 """
 
+import re
 from dataclasses import dataclass, field
 
+from function import clock
+from function.clusters import calendars
 from function.clusters.base import Cloud, Minor, minor, release, text
+from function.failures import words
+from function.inputs import ObservedResource
 from function.versions import EKS_ADDON_VERSIONS
 
 # On the Cluster: the minor EKS moved the control plane to, beyond the spec's, while the node
 # groups follow it and the spec asks for less (the Cluster's own spec then no longer tells).
 MOVED_BY_CLOUD = "modelplane.ai/upgraded-by-eks"
 SYSTEM_GROUP = "system-nodegroup"
+# What the Terraform provider under provider-upjet-aws v2.6.0 (terraform-provider-aws 6.34.0,
+# internal/service/eks cluster.go resourceClusterUpdate, node_group.go resourceNodeGroupUpdate)
+# says when a version update fails; upjet puts it, after its own prefixes, in the Synced message.
+# `updating EKS Cluster (<name>) version: <API error>`: UpdateClusterVersion was refused, so no
+# update started (`waiting for EKS Cluster (<name>) version update (<id>): ...` is one that
+# started). A node group's `updating EKS Node Group (...) version:` (refused) and `waiting for EKS
+# Node Group (...) version update (...)` (started, then failed: PodEvictionFailure, capacity)
+# come from UpdateNodegroupVersion, which carries version steps and launch template rollouts.
+CLUSTER_REFUSED = re.compile(r"\bupdating EKS Cluster \([^)]*\) version: ")
+NODE_GROUP_FAILED = re.compile(
+    r"\b(?:updating EKS Node Group \([^)]*\) version: "
+    r"|waiting for EKS Node Group \([^)]*\) version update )"
+)
 
 
 @dataclass
@@ -60,6 +85,7 @@ def plan(cloud: Cloud, asked: str, node_groups: list[str]) -> Plan:
     moved = _moved_by_cloud(cloud, asked, previous, running, nodes_there)
     # A step the spec asks for and a move of EKS's alike: the node groups follow one at a time.
     held = {} if nodes_there else _one_at_a_time(cloud, node_groups, running)
+    _blocked_node_groups(cloud, node_groups, held)
     addons = _addons(cloud, running, nodes_there)
     settled = nodes_there and all(
         _observed_addon(cloud, addon, "status", "atProvider") == version
@@ -145,8 +171,32 @@ def _control_plane(
     where = f"spec.cluster.eks.kubernetesVersion {asked!r}"
     step = (running[0], running[1] + 1)
     if minor(previous) == step:
-        # An update EKS has started cannot be called back: it finishes first.
-        return asked if wanted == step else previous or text(step)
+        refusal = refused(cloud.observed("cluster"))
+        if refusal is None:
+            # An update EKS has started (or may have: the Cluster says nothing else) cannot be
+            # called back: it finishes first.
+            return asked if wanted == step else previous or text(step)
+        # EKS refused it before it started: nothing to finish. Kept while the spec asks for it
+        # (the provider sends it again each sync, so clearing the cause is enough); a spec that
+        # asks for less takes it back.
+        back = wanted is not None and wanted < step
+        then = (
+            f"the step is taken back to {text(running)}, as {where} now asks"
+            if back
+            else (
+                "clear the cause EKS names (its upgrade insights: `aws eks list-insights "
+                "--cluster-name <cluster>`) and the provider sends the step again, or set "
+                f"kubernetesVersion to {text(running)} to take the step back; the function never "
+                "sets forceUpdateVersion"
+            )
+        )
+        cloud.warn(
+            f"EKS refused the control plane's update to {text(step)} that {where} asks for "
+            f"({refusal}); {then}",
+            "ControlPlaneUpgradeRefused",
+        )
+        if not back:
+            return asked if wanted == step else previous or text(step)
     if wanted is None or wanted < running:
         why = "is not a Kubernetes minor version like 1.36"
         if wanted is not None:
@@ -158,6 +208,93 @@ def _control_plane(
     if settled:
         return asked if step == wanted else text(step)
     return kept
+
+
+def support_type(cloud: Cloud) -> str:
+    """The upgrade policy to send: STANDARD (extended support is billed per cluster hour, and a
+    STANDARD cluster is upgraded by EKS at the end of standard support instead), except on a
+    cluster that reports EXTENDED while the minor it runs is past its end of standard support.
+    EKS cannot take such a cluster out of extended support ("you cannot disable extended support
+    once your cluster has entered it", EKS User Guide, "Disable EKS extended support"), so
+    STANDARD would only be refused (terraform-provider-aws resourceClusterUpdate: `updating EKS
+    Cluster (...) upgrade policy`) and hold every change after it; EXTENDED is kept, and said,
+    until the cluster runs a minor in standard support."""
+    cluster = cloud.observed("cluster")
+    if cluster is None:
+        return "STANDARD"
+    reported = cluster.at_provider("upgradePolicy", "supportType")
+    running = minor(cluster.at_provider("version"))
+    if reported is None or (reported == "EXTENDED" and running is None):
+        # Its status lost for a moment: what the spec sent before stands.
+        sent = cluster.get("spec", "forProvider", "upgradePolicy", "supportType")
+        return sent if sent in ("STANDARD", "EXTENDED") else "STANDARD"
+    if reported != "EXTENDED" or running is None:
+        return "STANDARD"
+    ends = calendars.EKS.ends
+    end = ends.get(running)
+    past = running < min(ends) or (end is not None and clock.reached(end))
+    if not past:
+        return "STANDARD"
+    supported = sorted(m for m, e in ends.items() if e is None or not clock.reached(e))
+    to = (
+        f"raise spec.cluster.eks.kubernetesVersion to {text(supported[0])} or newer"
+        if supported
+        else "raise spec.cluster.eks.kubernetesVersion"
+    )
+    since = f" on {end.date().isoformat()}" if end is not None else ""
+    cloud.warn(
+        f"the control plane runs {text(running)}, past its end of standard support{since}, in "
+        "EKS extended support, billed per cluster hour above standard support (EKS pricing); EKS "
+        "cannot take it back to standard support on this minor, so upgradePolicy stays EXTENDED "
+        f"until it runs a minor in standard support: {to}, one minor at a time",
+        "ExtendedSupport",
+    )
+    return "EXTENDED"
+
+
+def refused(cluster: ObservedResource | None) -> str | None:
+    """The provider's words when EKS refused the Cluster's version update before it started, or
+    None: the Synced error is the refusal's shape (CLUSTER_REFUSED) and EKS does not report the
+    cluster UPDATING (`status.atProvider.status`; EKS API reference, UpdateClusterVersion:
+    "During an update, the cluster status moves to UPDATING"). Any other Synced error, or none,
+    may be an update under way (upjet reports Synced=True while its update runs), so it is not
+    a refusal."""
+    if cluster is None or cluster.at_provider("status") == "UPDATING":
+        return None
+    synced = cluster.condition("Synced") or {}
+    message = synced.get("message")
+    if synced.get("status") != "False" or not isinstance(message, str):
+        return None
+    return words(message) if CLUSTER_REFUSED.search(message) else None
+
+
+def _blocked_node_groups(cloud: Cloud, node_groups: list[str], held: dict) -> None:
+    """Say, naming the pool, each node group whose version update EKS failed or refused, in the
+    provider's words: while it does not report the new version, the groups after it wait, and
+    the provider sends the same update again at each sync."""
+    for key in sorted(node_groups, key=lambda k: (k != SYSTEM_GROUP, k)):
+        seen = cloud.observed(key)
+        synced = (seen.condition("Synced") or {}) if seen else {}
+        message = synced.get("message")
+        if synced.get("status") != "False" or not isinstance(message, str):
+            continue
+        if not NODE_GROUP_FAILED.search(message):
+            continue
+        pool = "the system node group" if key == SYSTEM_GROUP else f"pool {pool_name(key)!r}"
+        waiting = sorted(pool_name(k) for k in held)
+        after = f"; waiting after it: {', '.join(waiting)}" if waiting else ""
+        cloud.warn(
+            f"{pool}: EKS did not update its node group ({words(message)}){after}. A drain "
+            "fails when a PodDisruptionBudget allows no eviction for 15 minutes "
+            "(PodEvictionFailure): give each budget room for one pod on a node being replaced, "
+            "or free the capacity EKS names; the provider sends the update again, and the "
+            "function never sets forceUpdateVersion (docs/clouds/eks.md, Upgrades)",
+            "NodeGroupUpgradeBlocked",
+        )
+
+
+def pool_name(key: str) -> str:
+    return "system" if key == SYSTEM_GROUP else key.removeprefix("nodegroup-")
 
 
 def _reports(cloud: Cloud, key: str, version: Minor) -> bool:

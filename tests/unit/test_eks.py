@@ -843,6 +843,208 @@ def test_an_upgrade_in_flight_finishes_even_if_the_version_is_lowered_again():
     assert versions(back)["cluster"] == "1.35"
 
 
+# What upjet puts in the Synced message when the Terraform provider's update fails (the shapes of
+# terraform-provider-aws 6.34.0 resourceClusterUpdate and resourceNodeGroupUpdate).
+REFUSED = (
+    "update failed: async update failed: failed to update the resource: [{0 updating EKS "
+    "Cluster (modelplane-eks) version: operation error EKS: UpdateClusterVersion, https response "
+    "error StatusCode: 400, RequestID: 0f3c, InvalidStateException: Amazon EKS detected upgrade "
+    "readiness issues}]"
+)
+STARTED_AND_FAILED = (
+    "update failed: async update failed: failed to update the resource: [{0 waiting for EKS "
+    "Cluster (modelplane-eks) version update (4c1e): unexpected state 'Failed', wanted target "
+    "'Successful'}]"
+)
+
+
+def with_cluster(observed, *, status: str | None = None, synced: str | None = None):
+    """observed, the Cluster reporting EKS's status and its provider's Synced error."""
+    body = observed.resources["cluster"].body
+    if status is not None:
+        body["status"]["atProvider"]["status"] = status
+    if synced is not None:
+        conditions = [c for c in body["status"]["conditions"] if c["type"] != "Synced"]
+        conditions.append(
+            {"type": "Synced", "status": "False", "reason": "ReconcileError", "message": synced}
+        )
+        body["status"]["conditions"] = conditions
+    return observed
+
+
+def stepped(at: str, to: str):
+    """eks-on-demand at `at`, its spec raised to `to`: the Cluster asks for the step and still
+    runs `at`. Returns the XR at `at`, the raised one, the classes and the observed state."""
+    xr, raised, classes, out = at_and_raised(at, to)
+    started = compose_cluster(raised, all_classes(classes), reported(out))
+    assert versions(started)["cluster"] == to
+    seen = reported(started)
+    seen.resources["cluster"].body["status"]["atProvider"]["version"] = at
+    return xr, raised, classes, seen
+
+
+@pytest.mark.parametrize(
+    "status, synced",
+    [("ACTIVE", None), ("UPDATING", REFUSED), ("ACTIVE", STARTED_AND_FAILED), (None, None)],
+)
+def test_a_step_that_may_be_under_way_is_kept_when_the_spec_is_lowered(status, synced):
+    """Updating, or a Synced error that is not a refusal (one that started, or none: upjet
+    reports Synced=True while its update runs): the step finishes first."""
+    xr, _, classes, seen = stepped("1.34", "1.35")
+    back = compose_cluster(
+        xr, all_classes(classes), with_cluster(seen, status=status, synced=synced)
+    )
+    assert versions(back)["cluster"] == "1.35"
+    assert not any(r.reason == "ControlPlaneUpgradeRefused" for r in back.results)
+
+
+def test_a_step_eks_refused_is_said_and_stays_while_the_spec_asks_for_it():
+    _, raised, classes, seen = stepped("1.34", "1.35")
+    out = compose_cluster(
+        raised, all_classes(classes), with_cluster(seen, status="ACTIVE", synced=REFUSED)
+    )
+    assert versions(out)["cluster"] == "1.35"
+    assert "forceUpdateVersion" not in out.resources["cluster"].body["spec"]["forProvider"]
+    warning = next(r.message for r in out.results if r.reason == "ControlPlaneUpgradeRefused")
+    assert warning.startswith(
+        "EKS refused the control plane's update to 1.35 that "
+        "spec.cluster.eks.kubernetesVersion '1.35' asks for"
+    )
+    assert "InvalidStateException: Amazon EKS detected upgrade readiness issues" in warning
+    assert "set kubernetesVersion to 1.34 to take the step back" in warning
+    # The node groups do not move while the control plane has not.
+    assert versions(out)["system-nodegroup"] == "1.34"
+
+
+def test_a_spec_lowered_after_eks_refused_the_step_takes_it_back():
+    xr, _, classes, seen = stepped("1.34", "1.35")
+    back = compose_cluster(
+        xr, all_classes(classes), with_cluster(seen, status="ACTIVE", synced=REFUSED)
+    )
+    assert versions(back)["cluster"] == "1.34"
+    warning = next(r.message for r in back.results if r.reason == "ControlPlaneUpgradeRefused")
+    assert "the step is taken back to 1.34" in warning
+    # Back at what runs, with the refusal gone from the Cluster: nothing more is said or moved.
+    after = compose_cluster(xr, all_classes(classes), reported(back))
+    assert versions(after) == versions(back)
+    assert not [r for r in after.results if r.severity == "Warning"]
+
+
+def test_a_live_cluster_pinned_by_a_refused_step_of_the_previous_release_converges():
+    """An earlier release left the Cluster at the next minor after EKS refused it; lowered
+    below what runs, the spec gets InvalidVersion and the Cluster goes back to what runs."""
+    _, _, classes, seen = stepped("1.34", "1.35")
+    lowered, _ = example("eks-on-demand")
+    lowered["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.33"
+    back = compose_cluster(
+        lowered, all_classes(classes), with_cluster(seen, status="ACTIVE", synced=REFUSED)
+    )
+    assert versions(back)["cluster"] == "1.34"
+    reasons = {r.reason for r in back.results if r.severity == "Warning"}
+    assert {"ControlPlaneUpgradeRefused", "InvalidVersion"} <= reasons
+    assert set(back.resources) == set(seen.resources)  # nothing dropped
+
+
+EVICTION = (
+    "update failed: async update failed: failed to update the resource: [{0 waiting for EKS Node "
+    "Group (modelplane-eks:modelplane-eks-system) version update (9a2b): unexpected state "
+    "'Failed', wanted target 'Successful'. last error: PodEvictionFailure: Reached max retries "
+    "while trying to evict pods from nodes in node group modelplane-eks-system}]"
+)
+
+
+def test_a_node_group_whose_update_fails_is_said_naming_its_pool_and_the_next_wait():
+    _, raised, classes, seen = stepped("1.34", "1.35")
+    seen.resources["cluster"].body["status"]["atProvider"]["version"] = "1.35"
+    out = compose_cluster(raised, all_classes(classes), seen)
+    assert versions(out)["system-nodegroup"] == "1.35"  # its turn
+    # EKS fails its drain: it still reports 1.34 and its provider says why.
+    seen = reported(out)
+    for key in ("system-nodegroup", "nodegroup-gpu-l4", "nodegroup-gpu-l40s"):
+        seen.resources[key].body["status"]["atProvider"]["version"] = "1.34"
+    group = seen.resources["system-nodegroup"].body
+    group["status"]["conditions"] = [
+        c for c in group["status"]["conditions"] if c["type"] != "Synced"
+    ] + [{"type": "Synced", "status": "False", "reason": "ReconcileError", "message": EVICTION}]
+    blocked = compose_cluster(raised, all_classes(classes), seen)
+    assert versions(blocked)["system-nodegroup"] == "1.35"  # never called back
+    assert versions(blocked)["nodegroup-gpu-l4"] == "1.34"  # waits
+    warning = next(r.message for r in blocked.results if r.reason == "NodeGroupUpgradeBlocked")
+    assert warning.startswith("the system node group: EKS did not update its node group (")
+    assert "PodEvictionFailure: Reached max retries" in warning
+    assert "waiting after it: gpu-l4, gpu-l40s" in warning
+    assert "PodDisruptionBudget" in warning
+    assert (
+        "forceUpdateVersion"
+        not in blocked.resources["system-nodegroup"].body["spec"]["forProvider"]
+    )
+    # Another Synced error (a scaling update refused) is not said as a blocked upgrade.
+    group["status"]["conditions"][-1]["message"] = (
+        "update failed: async update failed: failed to update the resource: [{0 updating EKS "
+        "Node Group (x): operation error EKS: UpdateNodegroupConfig, InvalidParameterException}]"
+    )
+    other = compose_cluster(raised, all_classes(classes), seen)
+    assert not any(r.reason == "NodeGroupUpgradeBlocked" for r in other.results)
+
+
+def support(out) -> str:
+    return out.resources["cluster"].body["spec"]["forProvider"]["upgradePolicy"]["supportType"]
+
+
+@pytest.mark.parametrize(
+    "runs, reported_type, expected, warned",
+    [
+        ("1.34", "EXTENDED", "EXTENDED", True),  # standard support ended 2026-12-02
+        ("1.32", "EXTENDED", "EXTENDED", True),
+        ("1.35", "EXTENDED", "STANDARD", False),  # still in standard support: taken back
+        ("1.34", "STANDARD", "STANDARD", False),  # EKS moves it itself
+        ("1.28", "EXTENDED", "EXTENDED", True),  # older than the calendar
+    ],
+)
+def test_a_cluster_in_extended_support_is_not_sent_standard_until_it_can_take_it(
+    runs, reported_type, expected, warned
+):
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = runs
+    with clock.fixed(datetime(2026, 12, 7, tzinfo=UTC)):
+        seen = reported(converge(xr, classes))
+        body = seen.resources["cluster"].body
+        body["status"]["atProvider"]["upgradePolicy"] = {"supportType": reported_type}
+        body["status"]["atProvider"]["version"] = runs
+        out = compose_cluster(xr, all_classes(classes), seen)
+        assert support(out) == expected
+        said = [r.message for r in out.results if r.reason == "ExtendedSupport"]
+        assert bool(said) == warned
+        if warned:
+            assert f"runs {runs}, past its end of standard support" in said[0]
+            assert "raise spec.cluster.eks.kubernetesVersion to 1.35 or newer" in said[0]
+        # Its version, or its whole status, lost for a moment: what was sent stands.
+        for lost in ({"upgradePolicy": {"supportType": reported_type}}, {}):
+            seen = reported(out)
+            seen.resources["cluster"].body["status"]["atProvider"] = lost
+            again = compose_cluster(xr, all_classes(classes), seen)
+            assert support(again) == expected
+
+
+def test_a_cluster_in_extended_support_goes_back_to_standard_once_the_step_lands():
+    xr, classes = example("eks-on-demand")
+    xr["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.34"
+    with clock.fixed(datetime(2026, 12, 7, tzinfo=UTC)):
+        seen = reported(converge(xr, classes))
+        extended = {"supportType": "EXTENDED"}
+        seen.resources["cluster"].body["status"]["atProvider"]["upgradePolicy"] = extended
+        raised = copy.deepcopy(xr)
+        raised["spec"]["cluster"]["eks"]["kubernetesVersion"] = "1.35"
+        out = compose_cluster(raised, all_classes(classes), seen)
+        # The step goes with EXTENDED unchanged (a refused STANDARD would hold it).
+        assert versions(out)["cluster"] == "1.35" and support(out) == "EXTENDED"
+        seen = reported(out)
+        seen.resources["cluster"].body["status"]["atProvider"]["upgradePolicy"] = extended
+        after = compose_cluster(raised, all_classes(classes), seen)
+        assert support(after) == "STANDARD"
+        assert not any(r.reason == "ExtendedSupport" for r in after.results)
+
+
 def test_a_live_one_node_system_group_is_raised_to_two_in_one_update():
     """Clusters from before v0.3.0 run a system group of (1, 2, 1): the new bounds go out once,
     with the desired size raised into them (SYSTEM_NODES)."""
