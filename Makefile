@@ -171,7 +171,7 @@ validate: setup
 
 ## Run the whole test suite: lint, unit, gRPC, crossplane render and beta validate end to end, real control plane.
 test: setup e2e-tools lint
-	$(BIN)/pytest
+	PYTEST=$(BIN)/pytest hack/test
 
 ## Only the real control-plane tests (tests/e2e): Crossplane core and a real API server call the function.
 e2e: setup e2e-tools

@@ -109,7 +109,8 @@ def runtime_image(image_sources, tmp_path_factory) -> image.Image:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config) -> None:
     """Every function server of the session logs at debug level where the secrets scan reads."""
-    logs = Path(config._tmp_path_factory.getbasetemp()) / "function-logs"
+    given = os.environ.get("FUNCTION_LOG_DIR")  # hack/test: one folder for its sessions
+    logs = Path(given) if given else Path(config._tmp_path_factory.getbasetemp()) / "function-logs"
     logs.mkdir(parents=True, exist_ok=True)
     os.environ["FUNCTION_LOG_DIR"] = str(logs)
 

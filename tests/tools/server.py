@@ -47,7 +47,7 @@ def function_server(*extra_args: str, insecure: bool = True) -> Iterator[Server]
     """
     port = free_port()
     log_dir = os.environ.get("FUNCTION_LOG_DIR")
-    log = open(Path(log_dir) / f"function-{port}.log", "wb") if log_dir else None  # noqa: SIM115
+    log = open(Path(log_dir) / f"function-{os.getpid()}-{port}.log", "wb") if log_dir else None  # noqa: SIM115
     proc = subprocess.Popen(
         [
             sys.executable,
