@@ -553,6 +553,26 @@ def test_the_step_holds_while_a_node_group_runs_an_older_minor():
     assert any(r.reason == "UpgradingStepwise" for r in third.results)
 
 
+def test_a_live_cluster_mid_rollout_keeps_the_minor_it_already_asked_for():
+    """Composed by the previous release, which sent the spec's version at once: the control
+    plane runs the step, a group still the minor before, and the Cluster already asks for the
+    next minor. That is not taken back (mk8s may be moving to it); nothing further is asked."""
+    xr, _, req = nebius()
+    out = converge(xr, req)
+    start = out.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]["version"]
+    major, minor_ = start.split(".")
+    step, following = f"{major}.{int(minor_) + 1}", f"{major}.{int(minor_) + 2}"
+    raised = copy.deepcopy(xr)
+    raised["spec"]["cluster"]["nebius"]["kubernetesVersion"] = f"{major}.{int(minor_) + 3}"
+    seen = sim.reported(out)
+    cluster = seen.resources["cluster"].body
+    cluster["spec"]["forProvider"]["controlPlane"]["version"] = following
+    cluster["status"]["atProvider"]["status"]["controlPlane"]["version"] = f"{step}.2-nebius-cp.1"
+    again = compose_cluster(raised, req, seen)
+    plane = again.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]
+    assert plane["version"] == following
+
+
 def test_a_node_group_added_mid_upgrade_asks_for_the_control_planes_minor():
     xr, classes = example("nebius")
     req = required(classes, provider_configs("nebius"))
