@@ -322,7 +322,12 @@ class NebiusCluster:
                 return asked
             return text(have)
         step = rollout.step(
-            self.cloud, "spec.cluster.nebius.kubernetesVersion", self.version, running, "mk8s"
+            # mk8s publishes no rule for a jump; Kubernetes's own is a minor at a time.
+            self.cloud,
+            "spec.cluster.nebius.kubernetesVersion",
+            self.version,
+            running,
+            "Kubernetes",
         )
         return text(step) if step else self.version
 

@@ -510,7 +510,7 @@ def test_raising_the_version_steps_the_control_plane_a_minor_then_the_node_group
     assert [p["version"] for p in planes[:2]] == [start, step]
     assert planes[-1]["version"] == target
     said = [r.message for p in passes for r in p.results if r.reason == "UpgradingStepwise"]
-    assert said and f"upgrading to {step} first" in said[0] and "mk8s" in said[0]
+    assert said and f"upgrading to {step} first" in said[0] and "nebius" in said[0]
     # The step's groups ask for the step's minor, then the spec's.
     system = [
         p.resources["system-nodegroup"].body["spec"]["forProvider"]["version"] for p in passes
