@@ -9,8 +9,9 @@ nvidia-peermem reloader (AKS installs the GPU driver, which does not load nvidia
 """
 
 import uuid
+from datetime import datetime, timedelta
 
-from function import kube, names, shapes
+from function import clock, failures, kube, names, shapes
 from function.clusters import calendars, rollout
 from function.clusters.base import (
     GPU_TAINT,
@@ -26,6 +27,7 @@ from function.clusters.base import (
     text,
 )
 from function.clusters.facts import ClusterFacts
+from function.inputs import ObservedResource
 from function.models import AKS
 from function.versions import (
     AKS_SYSTEM_VM_SIZE,
@@ -90,8 +92,35 @@ DAEMONSET_READY = (
     " && has(object.status.numberReady)"
     " && object.status.numberReady == object.status.desiredNumberScheduled"
 )
+# How long a node's drain may take before AKS gives up on it (AKS's own default when unset, made
+# explicit so that it is the same on every pool and shows in the spec): a pod whose disruption
+# budget allows no eviction then fails the pool's upgrade instead of holding it. Set once, it stays:
+# azurerm v4.80.0 replaces a pool, or the cluster for the system pool, whose drain timeout or
+# undrainable behaviour goes back to unset (kubernetes_cluster_node_pool_resource.go and
+# kubernetes_cluster_resource.go CustomizeDiff: ForceNewIfChange only from a value to 0 or "");
+# from unset to a value, or between values, is an in-place agent pool update.
+DRAIN_TIMEOUT_MINUTES = 30
 # GPU pools upgrade a node at a time with no surge node (node_pool says why maxSurge is not set).
-GPU_UPGRADE = {"maxUnavailable": "1"}
+# No undrainableNodeBehavior Cordon here: Cordon replaces a blocked node with a surge node and
+# keeps that one, and with maxSurge 0 there is none, so the node would stay cordoned (a GPU node
+# out of service) and the upgrade end canceled (AKS API UndrainableNodeBehavior: "If there are
+# enough surge nodes to replace blocked nodes ... failed state. Otherwise ... canceled state").
+# AKS's default, Schedule, leaves the blocked node serving, not upgraded, and the upgrade failed.
+GPU_UPGRADE = {"maxUnavailable": "1", "drainTimeoutInMinutes": DRAIN_TIMEOUT_MINUTES}
+# The system pool surges (a CPU VM is there to be had) one node, AKS's 10% of its two or three
+# nodes rounded up; azurerm requires maxSurge in the default pool's upgrade settings. A node
+# whose drain cannot finish is cordoned (labelled kubernetes.azure.com/upgrade-status=Quarantined)
+# and replaced by its surge node, and the rest of the pool still upgrades (AKS API
+# UndrainableNodeBehavior Cordon); the upgrade then ends failed and says so.
+SYSTEM_UPGRADE = {
+    "maxSurge": "1",
+    "drainTimeoutInMinutes": DRAIN_TIMEOUT_MINUTES,
+    "undrainableNodeBehavior": "Cordon",
+}
+# A pool asked for a minor (or its update failing) this long without being done is a stalled
+# step: past azurerm v4.80.0's 60-minute update timeout and its retry
+# (kubernetes_cluster_node_pool_resource.go Timeouts.Update).
+STALL_AFTER_HOURS = 2
 # By default AKS reimages every node each week with a new node image, at any hour ("the default
 # cadence means there's no planned maintenance window applied",
 # learn.microsoft.com/azure/aks/auto-upgrade-node-os-image): each GPU node of a pool, one after
@@ -261,6 +290,7 @@ class AKSCluster:
                     "osDiskSizeGb": 100,
                     "temporaryNameForRotation": f"{SYSTEM_POOL}tmp",
                     "orchestratorVersion": self.pool_version(SYSTEM_POOL),
+                    "upgradeSettings": dict(SYSTEM_UPGRADE),
                     "vnetSubnetIdRef": {"name": c.name("nodes")},
                     "nodeLabels": SYSTEM_LABELS,
                 },
@@ -319,15 +349,10 @@ class AKSCluster:
             return holds
         if self.lagging(have) or self.channel_on():
             return holds
-        step = (have[0], have[1] + 1)
-        if step != want:
-            self.cloud.warn(
-                f"spec.cluster.aks.kubernetesVersion {self.version}: the control plane is at "
-                f"{running} and AKS upgrades one minor version at a time; upgrading to "
-                f"{text(step)} first",
-                reason="UpgradingStepwise",
-            )
-        return text(step)
+        step = rollout.step(
+            self.cloud, "spec.cluster.aks.kubernetesVersion", self.version, running, "AKS"
+        )
+        return text(step or want)
 
     def unobserved(self) -> str:
         """Before the control plane reports a version (or while its status is lost): what it
@@ -401,7 +426,7 @@ class AKSCluster:
                 exists=cluster is not None,
                 asked=minor(self.seen("cluster", "defaultNodePool")),
                 runs=minor(self.seen("cluster", "defaultNodePool", at=True)),
-                ready=c.is_ready("cluster"),
+                ready=c.is_ready("cluster") and not failing(cluster),
             )
         ]
         for pool in pools:
@@ -413,11 +438,12 @@ class AKSCluster:
                     exists=c.observed(key) is not None,
                     asked=minor(self.seen(key)),
                     runs=minor(self.seen(key, at=True)),
-                    ready=c.is_ready(key),
+                    ready=c.is_ready(key) and not failing(c.observed(key)),
                 )
             )
         moving = rollout.movers(members, have)
         rollout.say(c, members, have, moving)
+        self.stalled(members, have, moving)
         return moving
 
     def seen(self, key: str, *path: str, at: bool = False) -> str | None:
@@ -432,22 +458,50 @@ class AKSCluster:
     def pool_version(self, name: str) -> str:
         """Agent pools follow the control plane, never lead it (AKS upgrades a pool only to a
         version its control plane runs, learn.microsoft.com/azure/aks/upgrade-aks-cluster), one
-        at a time (rollout). A pool on the control plane's minor asks for what the provider reads
-        back, which the patch channel moves; one whose turn has come asks for the version the
-        control plane runs; one whose turn has not keeps what it asks for."""
+        at a time (rollout), and ask for its minor alias, `1.NN`: AKS runs the minor's newest
+        patch and keeps the alias as asked (orchestratorVersion: "minor version aliases such as
+        1.22 are also supported"), asking the alias again never upgrades a patch (AKS "Supported
+        Kubernetes versions"), and azurerm v4.80.0 takes an alias of an available version
+        (validateNodePoolSupportsVersion). So a patch the channel applies is never answered by a
+        PUT of the patch before it, which AKS refuses as a downgrade. A pool on the control
+        plane's minor, or whose turn has come, asks for the alias; one whose turn has not keeps
+        what it asks for."""
         key, path = ("cluster", ("defaultNodePool",)) if name == SYSTEM_POOL else (name, ())
         running = self.running()
         asked, back = self.seen(key, *path), self.seen(key, *path, at=True)
         if running is None:  # created with the control plane, or its status lost: hold
             return asked or self.control_plane_version
         have = minor(running)
-        if back and minor(back) == have:
-            return back
-        if asked and minor(asked) == have:
-            return asked
-        if asked is None or name in self.moving:
-            return running
+        if have is None:
+            return asked or running
+        on_minor = have in (minor(back), minor(asked))
+        if on_minor or asked is None or name in self.moving:
+            return text(have)
         return asked
+
+    def stalled(self, members: "list[rollout.Member]", have: Minor, moving: frozenset[str]) -> None:
+        """A Warning naming each pool whose step has stalled: asked for the control plane's
+        minor and not done with it STALL_AFTER_HOURS after its provider began reporting it
+        failing or not Ready, in the provider's words. azurerm reads a pool's
+        orchestratorVersion as asked, not as run (kubernetes_cluster_node_pool_resource.go
+        Read), so the conditions are what tells a step that stopped: a drain AKS gave up on, a
+        quota or capacity refusal. The pools after it wait, and so does the patch channel."""
+        c = self.cloud
+        for m in members:
+            if m.key not in moving or m.asked != have or rollout.done(m, have):
+                continue
+            seen = c.observed("cluster" if m.key == SYSTEM_POOL else m.key)
+            since, said = trouble(seen)
+            if since is None or not clock.reached(since + timedelta(hours=STALL_AFTER_HOURS)):
+                continue
+            pool = m.key.removeprefix("nodepool-")
+            c.warn(
+                f"node pool {pool!r} has not finished its upgrade to {text(have)}: its provider "
+                f"has reported it failing or not Ready since {since.isoformat()} ({said}); the "
+                f"pools after it wait, and so does AKS's patch channel, off until every pool "
+                f"runs {text(have)}",
+                reason="UpgradeStalled",
+            )
 
     def node_pool(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape
@@ -756,6 +810,43 @@ class AKSCluster:
         )
         c.put(key, provider_config, manifest)
         return STORAGE_CLASS
+
+
+# Conditions a provider sets False while a resource cannot be brought to its spec: upjet's
+# Synced (ReconcileError) and LastAsyncOperation (an async update that failed or timed out), and
+# Crossplane's Ready.
+TROUBLE_CONDITIONS = ("Synced", "LastAsyncOperation", "Ready")
+
+
+def failing(seen: ObservedResource | None) -> bool:
+    """Whether the provider reports an update of seen failing (Synced or LastAsyncOperation
+    False): a pool whose upgrade failed or timed out still reads as asked and Ready, so the
+    rollout holds the pools after it until the provider reports it through. Never for good:
+    upjet clears both at the first observation that finds the resource as asked (upjet
+    external_async_tfpluginsdk.go Observe)."""
+    return seen is not None and any(
+        (seen.condition(t) or {}).get("status") == "False" for t in TROUBLE_CONDITIONS[:2]
+    )
+
+
+def trouble(seen: ObservedResource | None) -> tuple[datetime | None, str]:
+    """Since when a resource's provider reports it failing or not Ready (the earliest such
+    condition's lastTransitionTime), and what it says, in its own words; (None, "") when
+    nothing is False or no time is given."""
+    if seen is None:
+        return None, ""
+    times, said = [], []
+    for type_ in TROUBLE_CONDITIONS:
+        condition = seen.condition(type_)
+        if not condition or condition.get("status") != "False":
+            continue
+        when = clock.parse(condition.get("lastTransitionTime"))
+        if when is not None:
+            times.append(when)
+        said.append(failures.words(condition.get("message")) or condition.get("reason") or "")
+    if not times:
+        return None, ""
+    return min(times), next((w for w in said if w), "not Ready")
 
 
 def image(spec: Image) -> dict:

@@ -27,6 +27,7 @@ from function.clusters.base import (
     SYSTEM_NODES,
     Cloud,
     CloudConfig,
+    Minor,
     Pool,
     minor,
     pool_labels,
@@ -205,7 +206,7 @@ class NebiusCluster:
             self.cluster_name,
             {
                 "controlPlane": {
-                    "version": self.version,
+                    "version": self.control_plane_version(),
                     "subnetIdRef": {"name": c.name("subnet")},
                     "endpoints": {"publicEndpoint": {}},
                     "auditLogs": dict(AUDIT_LOGS),
@@ -298,6 +299,42 @@ class NebiusCluster:
         running = cluster.at_provider("status", "controlPlane", "version") if cluster else None
         return running if isinstance(running, str) and running else None
 
+    def control_plane_version(self) -> str:
+        """The spec's version, or the next minor on the way to it: mk8s takes `<major>.<minor>`
+        only (Cluster `controlPlane.version`), and a control plane moves one minor at a time
+        (rollout.step), the next once every node group runs the minor the control plane runs.
+        Older than the control plane: the spec's, which mk8s keeps below what it runs after its
+        own upgrade (node_target)."""
+        running = self.running()
+        if running is None:  # not observed: hold what the control plane was asked for
+            seen = self.cloud.observed("cluster")
+            asked = seen.get("spec", "forProvider", "controlPlane", "version") if seen else None
+            return asked if isinstance(asked, str) and asked else self.version
+        want, have = minor(self.version), minor(running)
+        if want is None or have is None or want <= have:
+            return self.version
+        if self.lagging(have):
+            # The next minor waits; one already asked (by an earlier release, which sent the
+            # spec's at once) is not taken back while mk8s may be moving to it.
+            seen = self.cloud.observed("cluster")
+            asked = seen.get("spec", "forProvider", "controlPlane", "version") if seen else None
+            if isinstance(asked, str) and minor(asked) == (have[0], have[1] + 1):
+                return asked
+            return text(have)
+        step = rollout.step(
+            # mk8s publishes no rule for a jump; Kubernetes's own is a minor at a time.
+            self.cloud,
+            "spec.cluster.nebius.kubernetesVersion",
+            self.version,
+            running,
+            "Kubernetes",
+        )
+        return text(step) if step else self.version
+
+    def lagging(self, have: Minor) -> bool:
+        """Whether a node group reports a minor other than the control plane's."""
+        return any(m.exists and m.runs not in (None, have) for m in self.members)
+
     @functools.cached_property
     def node_target(self) -> str:
         """The minor the node groups move to, said once a reconcile: the spec's, or the control
@@ -325,6 +362,7 @@ class NebiusCluster:
         """The node groups that ask for the control plane's minor this reconcile: the system
         group, then the GPU groups one at a time, each once the one before runs the minor with
         none of its nodes outdated (rollout.movers)."""
+        self.members: list[rollout.Member] = []
         have = minor(self.running())
         if have is None:
             return frozenset()
@@ -346,6 +384,7 @@ class NebiusCluster:
                     ready=c.is_ready(key) and settled,
                 )
             )
+        self.members = members
         moving = rollout.movers(members, have)
         rollout.say(c, members, have, moving)
         return moving
@@ -353,7 +392,8 @@ class NebiusCluster:
     def node_group_version(self, key: str) -> str:
         """Node groups follow the control plane: a group's version may not be newer than its
         cluster's (NodeGroup `version`: "by default the cluster control plane <major>.<minor>
-        version"), so a raised kubernetesVersion reaches them once the control plane runs it."""
+        version"), so a raised kubernetesVersion reaches them once the control plane runs it, a
+        minor at a time when the control plane steps."""
         seen = self.cloud.observed(key)
         running = self.running()
         current = seen.get("spec", "forProvider", "version") if seen else None
@@ -361,7 +401,13 @@ class NebiusCluster:
         at = ".".join(running.split(".")[:2]) if running else None
         if seen is not None and current and key not in self.moving:
             return current  # its turn has not come (rollout)
-        return pool_version(self.node_target, running, current or at)
+        target, have, asks = self.node_target, minor(running), minor(current)
+        wanted = minor(target)
+        if have and wanted and wanted > have and (asks is None or asks < have):
+            # A step on the way to the spec's minor (control_plane_version): the group follows
+            # the minor the control plane runs, never back from one it asks for.
+            target = text(have)
+        return pool_version(target, running, current or at)
 
     def system_node_group(self) -> None:
         c = self.cloud

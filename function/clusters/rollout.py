@@ -11,7 +11,7 @@ made at the control plane's version and waits for nothing.
 
 from dataclasses import dataclass
 
-from function.clusters.base import Cloud, Minor, text
+from function.clusters.base import Cloud, Minor, minor, text
 from function.output import Result
 
 
@@ -44,6 +44,24 @@ def movers(members: list[Member], target: Minor) -> frozenset[str]:
         if following is not None:
             moving.add(following.key)
     return frozenset(moving)
+
+
+def step(cloud: Cloud, where: str, spec: str, running: str, maker: str) -> Minor | None:
+    """The next minor on the way to the spec's when it is more than one above the control
+    plane's, said as UpgradingStepwise; None when the spec's is the next one, the same, older or
+    not a minor. AKS, GKE and mk8s upgrade a control plane one minor at a time, as Kubernetes
+    does (kubernetes.io "Version Skew Policy": kube-apiserver instances within one minor): the
+    caller asks for it once every pool runs the control plane's minor."""
+    want, have = minor(spec), minor(running)
+    if want is None or have is None or want <= (have[0], have[1] + 1):
+        return None
+    following = (have[0], have[1] + 1)
+    cloud.warn(
+        f"{where} {spec}: the control plane is at {running} and {maker} upgrades one minor "
+        f"version at a time; upgrading to {text(following)} first",
+        reason="UpgradingStepwise",
+    )
+    return following
 
 
 def say(cloud: Cloud, members: list[Member], target: Minor, moving: frozenset[str]) -> None:

@@ -337,17 +337,17 @@ def test_raising_the_version_turns_the_channel_off_then_steps_a_minor_and_a_pool
         *[None] * (len(passes) - 2),
         "patch",
     ]
-    # Only minors go to AKS; the pools ask for the patch the control plane runs.
+    # Only minors go to AKS, the pools' included: AKS runs the minor's newest patch.
     assert [v["kubernetesVersion"] for v in versions][:3] == [start, start, step]
     assert versions[-1]["kubernetesVersion"] == target
-    assert versions[-1]["defaultNodePool"]["orchestratorVersion"].startswith(f"{target}.")
+    assert versions[-1]["defaultNodePool"]["orchestratorVersion"] == target
     stepwise = [r.message for p in passes for r in p.results if r.reason == "UpgradingStepwise"]
     assert stepwise and f"upgrading to {step} first" in stepwise[0]
     following = [r.message for p in passes for r in p.results if r.reason == "NodePoolsFollowing"]
     assert any(f"then {user_pools[0]}" in m for m in following)
     for key in user_pools:
         asked = passes[-1].resources[key].body["spec"]["forProvider"]["orchestratorVersion"]
-        assert asked.startswith(f"{target}.")
+        assert asked == target
 
 
 def test_kubernetes_patches_come_by_the_patch_channel_inside_their_own_window():
@@ -372,7 +372,9 @@ def test_kubernetes_patches_come_by_the_patch_channel_inside_their_own_window():
 
 def test_a_patch_aks_applies_changes_nothing_the_cluster_or_its_pools_ask_for():
     """AKS patched the control plane and the pools in its window: the provider reads the new
-    versions back, and the cluster and pools ask for just that, so nothing is undone."""
+    versions back, the cluster asks for just that and the pools for the minor's alias, which
+    AKS takes as no change (asking the alias again does not upgrade a patch), so nothing is
+    undone and no pool asks AKS for the patch before (a downgrade it refuses)."""
     xr, classes = example("aks")
     out = converge(xr, classes)
     seen = sim.reported(out)
@@ -389,10 +391,138 @@ def test_a_patch_aks_applies_changes_nothing_the_cluster_or_its_pools_ask_for():
     cluster = again.resources["cluster"].body["spec"]["forProvider"]
     assert cluster["kubernetesVersion"] == minor_
     assert cluster["automaticUpgradeChannel"] == "patch"
-    assert cluster["defaultNodePool"]["orchestratorVersion"] == patched
+    assert cluster["defaultNodePool"]["orchestratorVersion"] == minor_
     for key in (k for k in again.resources if k.startswith("nodepool-")):
-        assert again.resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == patched
+        assert again.resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == minor_
     assert not [r for r in again.results if r.reason == "NodePoolsFollowing"]
+
+
+def test_pools_bound_their_drains_and_the_system_pool_cordons_a_node_it_cannot_drain():
+    """Every pool gives a drain AKS's 30 minutes explicitly. The system pool surges one node and
+    cordons a node it cannot drain (its surge node replaces it); GPU pools, with no surge node,
+    keep AKS's Schedule: Cordon would leave the GPU node out of service and the upgrade
+    canceled (AKS API UndrainableNodeBehavior)."""
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    system = out.resources["cluster"].body["spec"]["forProvider"]["defaultNodePool"]
+    assert system["upgradeSettings"] == {
+        "maxSurge": "1",
+        "drainTimeoutInMinutes": 30,
+        "undrainableNodeBehavior": "Cordon",
+    }
+    pools = [k for k in out.resources if k.startswith("nodepool-")]
+    assert pools
+    for key in pools:
+        settings = out.resources[key].body["spec"]["forProvider"]["upgradeSettings"]
+        assert settings == {"maxUnavailable": "1", "drainTimeoutInMinutes": 30}
+
+
+def test_a_live_cluster_takes_the_drain_settings_and_the_minor_alias_in_place():
+    """What a cluster composed by the previous release sees: its pools asked for the patch
+    they run and had no drain timeout. Now the pools ask for the minor's alias and get their
+    upgrade settings, both agent pool updates in place (azurerm v4.80.0: upgrade_settings is not
+    among the default pool's cycling properties, and its ForceNew fires only from a value back
+    to unset); no version moves and nothing else changes."""
+    xr, classes = example("aks")
+    out = converge(xr, classes)
+    minor_ = out.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
+    running = f"{minor_}.7"
+    seen = sim.reported(out)
+    for key, res in seen.resources.items():
+        if key != "cluster" and not key.startswith("nodepool-"):
+            continue
+        spec, at = res.body["spec"]["forProvider"], res.body["status"]["atProvider"]
+        if key == "cluster":
+            spec["defaultNodePool"]["orchestratorVersion"] = running
+            spec["defaultNodePool"].pop("upgradeSettings")
+            at["defaultNodePool"]["orchestratorVersion"] = running
+            at["currentKubernetesVersion"] = running
+        elif key.startswith("nodepool-"):
+            spec["orchestratorVersion"] = running
+            spec["upgradeSettings"] = {"maxUnavailable": "1"}
+            at["orchestratorVersion"] = running
+    again = compose_cluster(xr, all_classes(classes), seen)
+    cluster = again.resources["cluster"].body["spec"]["forProvider"]
+    assert cluster["defaultNodePool"]["orchestratorVersion"] == minor_
+    assert cluster["defaultNodePool"]["upgradeSettings"] == aks.SYSTEM_UPGRADE
+    assert cluster["automaticUpgradeChannel"] == "patch"
+    for key in (k for k in again.resources if k.startswith("nodepool-")):
+        spec = again.resources[key].body["spec"]["forProvider"]
+        assert spec["orchestratorVersion"] == minor_
+        assert spec["upgradeSettings"] == aks.GPU_UPGRADE
+    assert not [r for r in again.results if r.reason in ("NodePoolsFollowing", "UpgradeStalled")]
+
+
+def failed_update(body: dict, since: str, message: str) -> None:
+    """upjet's report of an async update that failed: LastAsyncOperation and Synced False."""
+    body["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "reason": "Available"},
+        {
+            "type": "Synced",
+            "status": "False",
+            "reason": "ReconcileError",
+            "message": message,
+            "lastTransitionTime": since,
+        },
+        {
+            "type": "LastAsyncOperation",
+            "status": "False",
+            "reason": "ApplyFailure",
+            "message": message,
+            "lastTransitionTime": since,
+        },
+    ]
+
+
+def test_a_stalled_pool_holds_the_pools_after_it_and_is_warned_after_two_hours():
+    """A GPU pool's upgrade failed (a drain AKS gave up on): azurerm reads its version as asked
+    and upjet keeps it Ready, but its update fails. The pools after it wait, and once it has
+    failed for two hours the XR says so, naming the pool, in the provider's words."""
+    xr, classes = example("aks-a10")
+    extra = copy.deepcopy(xr["spec"]["nodePools"][0])
+    extra["name"] = "gpuz"
+    xr["spec"]["nodePools"].append(extra)
+    out = converge(xr, classes)
+    spec = out.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
+    major, minor_ = spec.split(".")[:2]
+    upgraded = f"{major}.{int(minor_) + 1}.4"
+    alias = f"{major}.{int(minor_) + 1}"
+    raised = copy.deepcopy(xr)
+    raised["spec"]["cluster"]["aks"]["kubernetesVersion"] = alias
+    pools = sorted(k for k in out.resources if k.startswith("nodepool-"))
+    assert len(pools) == 2
+    seen = aks_moved(out, upgraded, pools=False)
+    at = seen.resources["cluster"].body["status"]["atProvider"]
+    at["defaultNodePool"]["orchestratorVersion"] = upgraded
+    first = seen.resources[pools[0]].body
+    first["spec"]["forProvider"]["orchestratorVersion"] = alias
+    first["status"]["atProvider"]["orchestratorVersion"] = alias
+    said = (
+        'async update failed: Code="UpgradeFailed" Message="Drain node aks-gpua10-1 failed '
+        'when evicting pod vllm-0 ... PodDisruptionBudget"'
+    )
+    failed_update(first, "2026-12-07T01:00:00Z", said)
+    start = clock.parse("2026-12-07T01:00:00Z")
+    with clock.fixed(start + timedelta(hours=1)):
+        early = compose_cluster(raised, all_classes(classes), seen)
+    second = early.resources[pools[1]].body["spec"]["forProvider"]["orchestratorVersion"]
+    assert second == out.resources[pools[1]].body["spec"]["forProvider"]["orchestratorVersion"]
+    assert not [r for r in early.results if r.reason == "UpgradeStalled"]
+    assert "automaticUpgradeChannel" not in early.resources["cluster"].body["spec"]["forProvider"]
+    with clock.fixed(start + timedelta(hours=3)):
+        late = compose_cluster(raised, all_classes(classes), seen)
+    stalled = [r.message for r in late.results if r.reason == "UpgradeStalled"]
+    assert len(stalled) == 1
+    name = pools[0].removeprefix("nodepool-")
+    assert f"node pool {name!r}" in stalled[0] and "PodDisruptionBudget" in stalled[0]
+    assert f"upgrade to {alias}" in stalled[0] and "2026-12-07T01:00:00+00:00" in stalled[0]
+    assert late.resources[pools[1]].body == early.resources[pools[1]].body
+    # The provider reports it through: the next pool goes, and nothing is said.
+    first["status"]["conditions"] = conditions()
+    with clock.fixed(start + timedelta(hours=3)):
+        through = compose_cluster(raised, all_classes(classes), seen)
+    assert through.resources[pools[1]].body["spec"]["forProvider"]["orchestratorVersion"] == alias
+    assert not [r for r in through.results if r.reason == "UpgradeStalled"]
 
 
 def test_a_lower_version_is_refused_with_a_warning():
@@ -429,14 +559,15 @@ def test_a_cluster_aks_upgraded_past_the_spec_keeps_asking_for_what_it_runs():
     spec = out.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
     major, minor_ = spec.split(".")[:2]
     upgraded = f"{major}.{int(minor_) + 1}.4"
+    alias = f"{major}.{int(minor_) + 1}"
     again = compose_cluster(xr, all_classes(classes), aks_moved(out, upgraded, pools=True))
     cluster = again.resources["cluster"].body["spec"]["forProvider"]
     assert cluster["kubernetesVersion"] == upgraded
-    assert cluster["defaultNodePool"]["orchestratorVersion"] == upgraded
+    assert cluster["defaultNodePool"]["orchestratorVersion"] == alias
     pools = [k for k in again.resources if k.startswith("nodepool-")]
     assert pools
     for key in pools:
-        assert again.resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == upgraded
+        assert again.resources[key].body["spec"]["forProvider"]["orchestratorVersion"] == alias
     said = [r.message for r in again.results if r.reason == "VersionDowngrade"]
     assert said and "AKS moved the cluster" in said[0] and f"stays at {upgraded}" in said[0]
 
@@ -452,6 +583,7 @@ def test_after_aks_moved_the_control_plane_past_support_the_pools_follow_one_at_
     spec = out.resources["cluster"].body["spec"]["forProvider"]["kubernetesVersion"]
     major, minor_ = spec.split(".")[:2]
     upgraded = f"{major}.{int(minor_) + 1}.4"
+    alias = f"{major}.{int(minor_) + 1}"
     end = calendars.AKS.ends[(int(major), int(minor_))]
     with clock.fixed(end + timedelta(days=40)):
         again = compose_cluster(xr, all_classes(classes), aks_moved(out, upgraded, pools=False))
@@ -459,7 +591,7 @@ def test_after_aks_moved_the_control_plane_past_support_the_pools_follow_one_at_
         assert {"KubernetesVersionUnsupported", "VersionDowngrade"} <= reasons
         cluster = again.resources["cluster"].body["spec"]["forProvider"]
         assert "automaticUpgradeChannel" not in cluster
-        assert cluster["defaultNodePool"]["orchestratorVersion"] == upgraded
+        assert cluster["defaultNodePool"]["orchestratorVersion"] == alias
         pools = sorted(k for k in again.resources if k.startswith("nodepool-"))
         for key in pools:  # the system pool first
             assert again.resources[key].body == out.resources[key].body
@@ -471,8 +603,8 @@ def test_after_aks_moved_the_control_plane_past_support_the_pools_follow_one_at_
         asked = {
             k: third.resources[k].body["spec"]["forProvider"]["orchestratorVersion"] for k in pools
         }
-        assert asked[pools[0]] == upgraded
-        assert all(asked[k] != upgraded for k in pools[1:])
+        assert asked[pools[0]] == alias
+        assert all(asked[k] != alias for k in pools[1:])
         # Every pool runs it: the channel is back.
         done = aks_moved(third, upgraded, pools=True)
         last = compose_cluster(xr, all_classes(classes), done)

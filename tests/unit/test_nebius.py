@@ -478,11 +478,17 @@ def node_group_keys(out) -> list[str]:
     return sorted(k for k in out.resources if k.endswith("nodegroup") or "nodegroup-" in k)
 
 
-def test_raising_the_version_upgrades_the_control_plane_then_the_node_groups_one_at_a_time():
+def test_raising_the_version_steps_the_control_plane_a_minor_then_the_node_groups_one_at_a_time():
+    """A spec two minors up: mk8s takes `<major>.<minor>` and the control plane moves a minor at
+    a time (UpgradingStepwise), the system group, then each GPU group, following each step, each
+    once the one before runs it with no outdated node; the next step waits for the last group."""
     xr, classes = example("nebius")
+    start = xr["spec"]["cluster"]["nebius"]["kubernetesVersion"]
+    major, minor_ = start.split(".")
+    step, target = f"{major}.{int(minor_) + 1}", f"{major}.{int(minor_) + 2}"
 
     def raise_version(x: dict) -> None:
-        x["spec"]["cluster"]["nebius"]["kubernetesVersion"] = "1.99"
+        x["spec"]["cluster"]["nebius"]["kubernetesVersion"] = target
 
     req = required(classes, provider_configs("nebius"))
     passes = sim.upgrade(xr, req, raise_version)
@@ -491,17 +497,80 @@ def test_raising_the_version_upgrades_the_control_plane_then_the_node_groups_one
         for a, b in itertools.pairwise(passes)
     ]
     # First the control plane: a node group may not run newer than its cluster. Once mk8s
-    # reports 1.99.x-nebius-cp.N, the system group, then each GPU group, each once the one
-    # before runs it with no outdated node.
+    # reports the step as x.y.z-nebius-cp.N, the system group, then each GPU group.
     groups = node_group_keys(passes[0])
     gpu = [k for k in groups if k != "system-nodegroup"]
     assert gpu
-    assert steps == [
+    one_minor = [
         {("cluster", "spec.forProvider.controlPlane.version")},
         *({(k, "spec.forProvider.version")} for k in ["system-nodegroup", *gpu]),
     ]
+    assert steps == [*one_minor, *one_minor]
+    planes = [p.resources["cluster"].body["spec"]["forProvider"]["controlPlane"] for p in passes]
+    assert [p["version"] for p in planes[:2]] == [start, step]
+    assert planes[-1]["version"] == target
+    said = [r.message for p in passes for r in p.results if r.reason == "UpgradingStepwise"]
+    assert said and f"upgrading to {step} first" in said[0] and "nebius" in said[0]
+    # The step's groups ask for the step's minor, then the spec's.
+    system = [
+        p.resources["system-nodegroup"].body["spec"]["forProvider"]["version"] for p in passes
+    ]
+    assert step in system
     for key in groups:
-        assert passes[-1].resources[key].body["spec"]["forProvider"]["version"] == "1.99"
+        assert passes[-1].resources[key].body["spec"]["forProvider"]["version"] == target
+    assert not [r for r in passes[-1].results if r.reason == "UpgradingStepwise"]
+
+
+def test_the_step_holds_while_a_node_group_runs_an_older_minor():
+    """The control plane runs the step, a GPU group still the minor before: the Cluster keeps
+    asking for the step, never the spec's two minors up."""
+    xr, _, req = nebius()
+    out = converge(xr, req)
+    start = out.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]["version"]
+    major, minor_ = start.split(".")
+    step = f"{major}.{int(minor_) + 1}"
+    raised = copy.deepcopy(xr)
+    raised["spec"]["cluster"]["nebius"]["kubernetesVersion"] = f"{major}.{int(minor_) + 3}"
+    seen = sim.reported(out)
+    plane = seen.resources["cluster"].body["status"]["atProvider"]["status"]["controlPlane"]
+    plane["version"] = f"{step}.2-nebius-cp.1"
+    gpu = [k for k in node_group_keys(out) if k != "system-nodegroup"]
+    seen.resources["system-nodegroup"].body["status"]["atProvider"]["status"]["version"] = (
+        f"{step}.1-nebius-node.3"
+    )
+    again = compose_cluster(raised, req, seen)
+    cluster = again.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]
+    assert cluster["version"] == step
+    assert again.resources[gpu[0]].body["spec"]["forProvider"]["version"] == step
+    # Every group there: the next minor.
+    for key in gpu:
+        seen.resources[key].body["status"]["atProvider"]["status"]["version"] = (
+            f"{step}.1-nebius-node.3"
+        )
+    third = compose_cluster(raised, req, seen)
+    plane = third.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]
+    assert plane["version"] == f"{major}.{int(minor_) + 2}"
+    assert any(r.reason == "UpgradingStepwise" for r in third.results)
+
+
+def test_a_live_cluster_mid_rollout_keeps_the_minor_it_already_asked_for():
+    """Composed by the previous release, which sent the spec's version at once: the control
+    plane runs the step, a group still the minor before, and the Cluster already asks for the
+    next minor. That is not taken back (mk8s may be moving to it); nothing further is asked."""
+    xr, _, req = nebius()
+    out = converge(xr, req)
+    start = out.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]["version"]
+    major, minor_ = start.split(".")
+    step, following = f"{major}.{int(minor_) + 1}", f"{major}.{int(minor_) + 2}"
+    raised = copy.deepcopy(xr)
+    raised["spec"]["cluster"]["nebius"]["kubernetesVersion"] = f"{major}.{int(minor_) + 3}"
+    seen = sim.reported(out)
+    cluster = seen.resources["cluster"].body
+    cluster["spec"]["forProvider"]["controlPlane"]["version"] = following
+    cluster["status"]["atProvider"]["status"]["controlPlane"]["version"] = f"{step}.2-nebius-cp.1"
+    again = compose_cluster(raised, req, seen)
+    plane = again.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]
+    assert plane["version"] == following
 
 
 def test_a_node_group_added_mid_upgrade_asks_for_the_control_planes_minor():
