@@ -57,7 +57,12 @@ def test_no_cloud_claims_dra_scale_up_from_zero_without_a_source():
             "upgradeSettings",
             {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1},
         ),
-        ("aks", "nodepool-", "upgradeSettings", {"maxUnavailable": "1"}),
+        (
+            "aks",
+            "nodepool-",
+            "upgradeSettings",
+            {"maxUnavailable": "1", "drainTimeoutInMinutes": 30},
+        ),
         (
             "nebius",
             "nodegroup-",
