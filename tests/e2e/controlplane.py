@@ -6,7 +6,9 @@ It starts, in this order and each on a free 127.0.0.1 port, with a bounded wait 
 2. kube-apiserver v1.35 (token auth, a serving certificate from the PKI made here, RBAC);
 3. Crossplane core's own CRDs, exactly the ones of the core version built (from that module's copy in
    the Go module cache), plus the extra CRDs asked for (provider and workload CRDs);
-4. Crossplane core (`--package-runtime=External`, webhooks off, mTLS client certificates);
+4. Crossplane core (`--package-runtime=External`, mTLS client certificates) with its webhook
+   server on, serving the Usage webhook with a certificate of the PKI made here, and the
+   ValidatingWebhookConfiguration `core init` would install pointed at it (`usage_webhook`);
 5. the function, and a paused FunctionRevision labelled with the Composition's functionRef name
    whose status points at it (endpoint + capabilities). The function runs from the runtime image
    when one is given (an unpacked root, tests/tools/image.py: the image's entrypoint, as its user,
@@ -363,6 +365,7 @@ class Endpoints:
     controller_manager: int = field(default_factory=free_port)
     crossplane_metrics: int = field(default_factory=free_port)
     crossplane_health: int = field(default_factory=free_port)
+    crossplane_webhook: int = field(default_factory=free_port)
     function: int = field(default_factory=free_port)
 
 
@@ -638,6 +641,10 @@ class ControlPlane(Supervisor):
             "function", "function-inference-cluster", server=True, ips=[LOCALHOST]
         )
         self.crossplane_client_certs = pki.issue("crossplane-client", "crossplane", client=True)
+        # Core's webhook server, which the API server dials at the loopback address.
+        self.crossplane_server_certs = pki.issue(
+            "crossplane-server", "crossplane-webhook", server=True, ips=[LOCALHOST]
+        )
 
     def _etcd(self, binary: Path) -> None:
         client = f"http://{LOCALHOST}:{self.ports.etcd}"
@@ -694,7 +701,15 @@ class ControlPlane(Supervisor):
                 "--debug",
                 "core",
                 "start",
-                "--enable-webhooks=false",
+                # With webhooks on (the default), core starts the Usage controllers and serves
+                # the Usage webhook from tls.crt/tls.key in the server folder (crossplane v2.2.1
+                # cmd/crossplane/core/core.go: `webhook.NewServer` with `CertDir:
+                # c.TLSServerCertsDir`, `Port: c.WebhookPort`; the protection setup and
+                # `usagehook.SetupWebhookWithManager` only `if c.EnableWebhooks`). It listens on
+                # every interface (no flag sets the host), at a free port.
+                "--enable-webhooks=true",
+                f"--webhook-port={self.ports.crossplane_webhook}",
+                f"--tls-server-certs-dir={self.crossplane_server_certs}",
                 "--package-runtime=External",
                 f"--namespace={CROSSPLANE_NAMESPACE}",
                 f"--xpkg-cache-dir={self.workdir / 'xpkg-cache'}",
@@ -716,7 +731,9 @@ class ControlPlane(Supervisor):
             with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310
                 return r.status == 200
 
+        # /readyz includes the webhook server's StartedChecker when webhooks are on.
         self.wait_ready(proc, ready, 60, "/readyz")
+        self.apply(usage_webhook(self.ports.crossplane_webhook, self.pki.ca_file.read_bytes()))
 
     def _image_certs(self) -> Path:
         """A copy of the function's certificate folder owned by the image's user (the key is 0600)."""
@@ -857,6 +874,47 @@ class ControlPlane(Supervisor):
             describe=lambda: f"not yet: {sorted(pending)[:10]}",
             ignore=(ApiError,),
         )
+
+
+# The one webhook configuration Crossplane v2.2.1 ships (cluster/webhookconfigurations/usage.yaml),
+# which `crossplane core init` applies with the caBundle and core's Service filled in
+# (internal/initializer/webhook_configurations.go). Core serves it at this path
+# (internal/webhook/protection/usage/handler.go); the Usage controller labels what a Usage names
+# (internal/controller/protection/usage/reconciler.go), so only those deletions reach it.
+USAGE_WEBHOOK = "crossplane-no-usages"
+USAGE_WEBHOOK_PATH = "/validate-no-usages"
+IN_USE_LABEL = "crossplane.io/in-use"
+
+
+def usage_webhook(port: int, ca_bundle: bytes) -> dict:
+    """Crossplane's ValidatingWebhookConfiguration for Usages, as upstream but reached by URL:
+    core runs on this host, not behind a Service."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": USAGE_WEBHOOK},
+        "webhooks": [
+            {
+                "name": "nousages.protection.crossplane.io",
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {
+                    "url": f"https://{LOCALHOST}:{port}{USAGE_WEBHOOK_PATH}",
+                    "caBundle": base64.b64encode(ca_bundle).decode(),
+                },
+                "failurePolicy": "Fail",
+                "objectSelector": {"matchLabels": {IN_USE_LABEL: "true"}},
+                "rules": [
+                    {
+                        "apiGroups": ["*"],
+                        "apiVersions": ["*"],
+                        "operations": ["DELETE"],
+                        "resources": ["*"],
+                    }
+                ],
+                "sideEffects": "None",
+            }
+        ],
+    }
 
 
 # --- Interactive use. -----------------------------------------------------------------------------

@@ -8,8 +8,10 @@ can assert on the exact admission message. kubectl is not needed.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
 import ssl
 import threading
 import time
@@ -252,6 +254,59 @@ class Kube:
                 return False
             raise
         return True
+
+
+class Watch:
+    """A watch of one kind from a resourceVersion, on a connection of its own, in a thread of its
+    own: each event's (type, object) goes to on_event until stop()."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        api_version: str,
+        kind: str,
+        resource_version: str,
+        on_event: Callable[[str, dict], None],
+    ) -> None:
+        self.kube, self.on_event = kube, on_event
+        params = {"watch": "true", "resourceVersion": resource_version}
+        self.url = kube.resource(api_version, kind).path() + "?" + urllib.parse.urlencode(params)
+        self.conn = http.client.HTTPSConnection(kube.host, kube.port, context=kube.context)
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
+
+    def start(self) -> Watch:
+        headers = {"Authorization": f"Bearer {self.kube.token}", "Accept": "application/json"}
+        self.conn.request("GET", self.url, headers=headers)
+        self.resp = self.conn.getresponse()
+        if self.resp.status != 200:
+            raise ApiError(self.resp.status, self.resp.read().decode(), "WATCH", self.url)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            if self.conn.sock is not None:
+                self.conn.sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=10)
+        self.conn.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                line = self.resp.readline()
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                if not self._stop.is_set():
+                    self.errors.append(repr(e))
+                return
+            if not line:
+                if not self._stop.is_set():
+                    self.errors.append("the API server ended the watch")
+                return
+            event = json.loads(line)
+            self.on_event(event["type"], event["object"])
 
 
 class Ticker:

@@ -12,7 +12,8 @@ What is proven here and nowhere else:
   it through the real requirements loop, applies what it composes (admitted by the real provider
   CRDs), and the XR reaches Ready with its status complete once the simulated providers report;
 - safety under the real garbage collector: deleting an InferenceClass keeps every composed
-  resource; deleting the XR removes everything it composed.
+  resource; deleting the XR removes everything it composed, and, with Crossplane's real Usage
+  controller and webhook, nothing a composed Usage names goes before its user.
 
 The examples run end to end are listed in E2E_EXAMPLES; add a cloud example there once its source
 composes (see the comment on the list).
@@ -26,6 +27,7 @@ import functools
 import ipaddress
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,8 +40,14 @@ from function import failures
 from function.clusters import aks
 from function.inputs import ObservedResource
 from tests.conftest import EXAMPLES
-from tests.e2e.controlplane import IMAGE_TLS_DIR, SYSTEM_NAMESPACE, ControlPlane, function_name
-from tests.e2e.kube import ApiError, Kube, condition, wait_for
+from tests.e2e.controlplane import (
+    IMAGE_TLS_DIR,
+    IN_USE_LABEL,
+    SYSTEM_NAMESPACE,
+    ControlPlane,
+    function_name,
+)
+from tests.e2e.kube import ApiError, Kube, Watch, condition, wait_for
 from tests.e2e.simulator import Kind, Simulator
 from tests.sim import providers
 from tests.test_api_transitions import IMMUTABLE
@@ -839,23 +847,135 @@ def snapshot_refs(deployed: Deployed, names: set[str]) -> dict[str, dict]:
     return out
 
 
+Ref = tuple[str, str, str | None, str]  # apiVersion, kind, namespace, name
+
+
+class Deletions:
+    """When each object of the watched kinds began to be deleted (its deletionTimestamp, or gone
+    at once) and when it was gone, as the API server's revision: every kind here is stored in
+    the one etcd, whose revision each object's resourceVersion is, so they compare (a test's
+    knowledge; clients in general must not compare them). Watches start at a list's revision,
+    so no event after it is missed."""
+
+    def __init__(self, kube: Kube, kinds: set[tuple[str, str]]):
+        self.began: dict[Ref, int] = {}
+        self.gone: dict[Ref, int] = {}
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self.watches: list[Watch] = []
+        try:
+            for api_version, kind in sorted(kinds):
+                listing = kube.request("GET", kube.resource(api_version, kind).path())
+                version = listing["metadata"]["resourceVersion"]
+                on_event = functools.partial(self._event, api_version, kind)
+                self.watches.append(Watch(kube, api_version, kind, version, on_event).start())
+        except BaseException:
+            self.stop()
+            raise
+
+    def _event(self, api_version: str, kind: str, type_: str, obj: dict) -> None:
+        meta = obj.get("metadata") or {}
+        if type_ == "ERROR":
+            self.errors.append(f"{kind}: {obj.get('message')}")
+            return
+        ref = (api_version, kind, meta.get("namespace"), meta["name"])
+        revision = int(meta["resourceVersion"])
+        with self._lock:
+            if type_ == "DELETED":
+                self.began.setdefault(ref, revision)
+                self.gone[ref] = revision
+            elif meta.get("deletionTimestamp"):
+                self.began.setdefault(ref, revision)
+
+    def stop(self) -> None:
+        for watch in self.watches:
+            watch.stop()
+            self.errors += watch.errors
+
+
+def usage_ends(kube: Kube, usage: dict) -> tuple[Ref, Ref]:
+    """(of, by) of a Usage: each in the Usage's namespace if its kind is namespaced."""
+
+    def ref(end: dict) -> Ref:
+        namespaced = kube.resource(end["apiVersion"], end["kind"]).namespaced
+        namespace = usage["metadata"]["namespace"] if namespaced else None
+        return (end["apiVersion"], end["kind"], namespace, end["resourceRef"]["name"])
+
+    return ref(usage["spec"]["of"]), ref(usage["spec"]["by"])
+
+
+def get_ref(kube: Kube, ref: Ref) -> dict | None:
+    api_version, kind, namespace, name = ref
+    return kube.get_or_none(api_version, kind, name, namespace)
+
+
 def test_deleting_the_xr_removes_everything_it_composed(deployed: Deployed):
+    """Crossplane core runs its Usage controller and webhook (tests/e2e/controlplane.py): nothing
+    a composed Usage names is deleted while its user exists, every deletion the garbage collector
+    tries early is refused and replayed, and nothing is left behind."""
     kube = deployed.kube
     before = snapshot(deployed)
+    usages = [o for o in deployed.composed() if o and o["kind"] == "Usage"]
+    assert usages, "the example composes no Usage"
+    pairs = [usage_ends(kube, u) for u in usages]
+
+    # The Usage controller has labelled what each Usage names, which the webhook selects.
+    def unlabelled() -> list[Ref]:
+        used = sorted({of for of, _ in pairs}, key=str)
+        labels = [(get_ref(kube, of) or {}).get("metadata", {}).get("labels") or {} for of in used]
+        return [of for of, got in zip(used, labels, strict=True) if got.get(IN_USE_LABEL) != "true"]
+
+    wait_for(
+        lambda: not unlabelled(),
+        timeout=60,
+        what=f"what every Usage names to be labelled {IN_USE_LABEL}",
+        describe=lambda: f"not yet: {unlabelled()}",
+    )
+
+    # The webhook refuses to delete what a Usage names while its user exists.
+    of, by = pairs[0]
+    with pytest.raises(ApiError) as refused:
+        kube.delete(of[0], of[1], of[3], of[2])
+    assert refused.value.status == 409, refused.value
+    assert "This resource is in-use by" in refused.value.message, refused.value
+    assert not (get_ref(kube, of) or {})["metadata"].get("deletionTimestamp")
+
     secrets = [
         (o["metadata"]["namespace"], o["spec"]["writeConnectionSecretToRef"]["name"])
         for o in deployed.composed()
         if o and (o.get("spec") or {}).get("writeConnectionSecretToRef")
     ]
-    assert kube.delete(API_VERSION, "InferenceCluster", deployed.name)
-    # The garbage collector of kube-controller-manager deletes the dependents; started after the
-    # XRDs were established, it knows the kinds at once (else allow ~30 s for its discovery).
-    wait_for(
-        lambda: not any(deployed.composed()) and deployed.get() is None,
-        timeout=TIMEOUT,
-        what=f"everything {deployed.name} composed ({len(before)} objects) to be deleted",
-        describe=lambda: f"left: {[r for r, o in zip(deployed.refs, deployed.composed(), strict=True) if o]}"
-        + deployed.describe(),
+    deletions = Deletions(kube, {ref[:2] for pair in pairs for ref in pair})
+    began = time.monotonic()
+    try:
+        assert kube.delete(API_VERSION, "InferenceCluster", deployed.name)
+        # The garbage collector of kube-controller-manager deletes the dependents; started after
+        # the XRDs were established, it knows the kinds at once (else allow ~30 s for its
+        # discovery). Each Usage is owned by its user once the controller has seen it, so the
+        # collector deletes it when the user is gone; its controller then lets the deletion of
+        # what it names through again (replayDeletion).
+        wait_for(
+            lambda: not any(deployed.composed()) and deployed.get() is None,
+            timeout=TIMEOUT,
+            what=f"everything {deployed.name} composed ({len(before)} objects) to be deleted",
+            describe=lambda: f"left: {[r for r, o in zip(deployed.refs, deployed.composed(), strict=True) if o]}"
+            + deployed.describe(),
+        )
+    finally:
+        deletions.stop()
+    took = time.monotonic() - began
+    assert not deletions.errors, deletions.errors
+    early = [
+        f"{of[1]} {of[3]} (from revision {deletions.began.get(of)}) before its user {by[1]} "
+        f"{by[3]} was gone (revision {deletions.gone.get(by)})"
+        for of, by in pairs
+        if by not in deletions.gone
+        or of not in deletions.began
+        or deletions.gone[by] >= deletions.began[of]
+    ]
+    assert not early, f"{len(early)} of {len(pairs)} deleted too early:\n" + "\n".join(early)
+    print(
+        f"{deployed.name}: {len(before)} objects, {len(pairs)} Usages, deleted in order in {took:.0f}s"
     )
     for namespace, name in secrets:
         wait_for(

@@ -2,6 +2,7 @@
 started (on stop, on failure, on SIGTERM, and when its process is killed outright), and its PKI
 gives each party the certificate it needs. Fast: `sleep` stands in for the components."""
 
+import base64
 import ipaddress
 import os
 import signal
@@ -16,7 +17,10 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from tests.e2e.controlplane import (
+    CROSSPLANE_MODULE,
     ROOT,
+    TOOLS,
+    USAGE_WEBHOOK_PATH,
     ControlPlane,
     Pki,
     Process,
@@ -24,7 +28,10 @@ from tests.e2e.controlplane import (
     crossplane_version,
     function_capabilities,
     function_name,
+    load_yaml,
+    module_dir,
     provider_crds,
+    usage_webhook,
     without_conversion_webhook,
 )
 
@@ -195,6 +202,32 @@ def test_project_facts_the_runner_reads():
     assert f"github.com/crossplane/crossplane/v2 {crossplane_version()}" in crank, (
         "Crossplane core and the CLI are one version"
     )
+
+
+def test_the_usage_webhook_is_the_one_core_ships():
+    """The webhook configuration the control plane applies is every one the pinned core ships
+    (`core init` applies them), but for how the API server reaches it: a URL on this host and the
+    run's CA, where upstream names core's Service."""
+    version = crossplane_version()
+    folder = module_dir(CROSSPLANE_MODULE, version, TOOLS / "crossplane")
+    shipped = load_yaml(sorted((folder / "cluster" / "webhookconfigurations").glob("*.yaml")))
+    built = usage_webhook(9443, b"the CA")
+
+    def reached(conf: dict) -> list[dict]:
+        return [w["clientConfig"] for w in conf["webhooks"]]
+
+    def without_client(conf: dict) -> dict:
+        hooks = [{k: v for k, v in w.items() if k != "clientConfig"} for w in conf["webhooks"]]
+        return {**conf, "webhooks": hooks}
+
+    assert [without_client(c) for c in shipped] == [without_client(built)], version
+    assert [c["service"]["path"] for c in reached(shipped[0])] == [USAGE_WEBHOOK_PATH]
+    assert reached(built) == [
+        {
+            "url": f"https://127.0.0.1:9443{USAGE_WEBHOOK_PATH}",
+            "caBundle": base64.b64encode(b"the CA").decode(),
+        }
+    ]
 
 
 def test_provider_crds_leave_out_the_alternatives_and_core(tmp_path):

@@ -409,10 +409,10 @@ def installs(
             yield states
         finally:
             # The XRs first: the providers uninstall through the workload clusters, with the
-            # kubeconfig Secret of the setup (Existing), so it stays until they are done. A cloud's
-            # kubeconfig goes with its cluster at once: the Usages that make the cluster outlive
-            # the stack need Crossplane's webhooks, off here. What the providers then cannot
-            # uninstall is let go (its finalizer removed): the workload clusters go with the test.
+            # kubeconfig Secret of the setup (Existing), so it stays until they are done, or a
+            # cloud's, which its cluster's Usages keep until the stack is gone (Crossplane's Usage
+            # controller and webhook run here). What the providers then cannot uninstall is let go
+            # (its finalizer removed): the workload clusters go with the test.
             for state in states.values():
                 kube.delete(API_VERSION, "InferenceCluster", state.name)
             with concurrent.futures.ThreadPoolExecutor(len(states)) as pool:
@@ -426,20 +426,14 @@ def installs(
 
 
 def uninstall(state: Installed) -> None:
+    # Its kubeconfig stays (the setup's, or kept with the cloud's cluster by the Usages until the
+    # stack is gone): the providers can uninstall, in the order the Usages hold.
     with contextlib.suppress(TimeoutError):
         wait_for(
-            lambda: state.get() is None
-            and not [o for o in state.composed() if o and not o["apiVersion"].startswith(REAL)],
-            timeout=60,
-            what=f"the cloud resources {state.name} composed to be deleted",
+            lambda: state.get() is None and not any(state.composed()),
+            timeout=120,
+            what=f"the providers to uninstall what {state.name} composed",
         )
-    if state.example.existing:  # its kubeconfig stays: the providers can uninstall
-        with contextlib.suppress(TimeoutError):
-            wait_for(
-                lambda: not any(state.composed()),
-                timeout=120,
-                what=f"the providers to uninstall what {state.name} composed",
-            )
     for obj in (o for o in state.composed() if o):
         meta = obj["metadata"]
         with contextlib.suppress(ApiError):
