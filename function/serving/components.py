@@ -140,7 +140,17 @@ def _crds_in(file: str) -> list[dict]:
     path = CRDS / file
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: build the package with `make setup`")
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return [_as_applied(doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _as_applied(crd: dict) -> dict:
+    """A CRD as published by controller-gen, without what it writes for the API server to fill
+    (`metadata.creationTimestamp: null`, a `status` of nulls). The API server drops those nulls
+    from the stored Object, so Crossplane's next apply of them changes the Object again: its
+    provider reconciles, the XR hears of it, and Crossplane's watch circuit breaker throttles the
+    XR (seen in the workload e2e: thousands of events from the two GAIE CRD Objects)."""
+    meta = {k: v for k, v in crd.get("metadata", {}).items() if v is not None}
+    return {k: v for k, v in crd.items() if k != "status"} | {"metadata": meta}
 
 
 def _crd(file: str) -> dict:
