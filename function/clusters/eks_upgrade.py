@@ -271,10 +271,15 @@ def refused(cluster: ObservedResource | None) -> str | None:
 def _blocked_node_groups(cloud: Cloud, node_groups: list[str], held: dict) -> None:
     """Say, naming the pool, each node group whose version update EKS failed or refused, in the
     provider's words: while it does not report the new version, the groups after it wait, and
-    the provider sends the same update again at each sync."""
+    the provider sends the same update again at each sync. Not while EKS reports the group
+    UPDATING (`status.atProvider.status`, the NodeGroup's status in EKS's API)."""
     for key in sorted(node_groups, key=lambda k: (k != SYSTEM_GROUP, k)):
         seen = cloud.observed(key)
-        synced = (seen.condition("Synced") or {}) if seen else {}
+        if seen is None or seen.at_provider("status") == "UPDATING":
+            # Still under way: a GPU group replaced a node at a time runs past Terraform's
+            # 60-minute wait, whose timeout has the failure's shape (SRE review, 2026-12-07).
+            continue
+        synced = seen.condition("Synced") or {}
         message = synced.get("message")
         if synced.get("status") != "False" or not isinstance(message, str):
             continue
