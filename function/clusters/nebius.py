@@ -331,6 +331,16 @@ class NebiusCluster:
         )
         return text(step) if step else self.version
 
+    def path(self) -> list[str]:
+        """Every minor a node group asks for on its way to the spec's: each step above the minor
+        the control plane runs, then the spec's. Nebius refuses a group whose drivers preset has
+        no node image for the minor it asks for, and a group held on a step holds the rest
+        (SRE review, 2026-12-07): each is checked, not the spec's alone."""
+        have, want = minor(self.running()), minor(self.version)
+        if have is None or want is None or want[0] != have[0] or want <= have:
+            return [self.version]
+        return [text((have[0], m)) for m in range(have[1] + 1, want[1])] + [self.version]
+
     def lagging(self, have: Minor) -> bool:
         """Whether a node group reports a minor other than the control plane's."""
         return any(m.exists and m.runs not in (None, have) for m in self.members)
@@ -428,9 +438,10 @@ class NebiusCluster:
     def node_pool(self, pool: Pool) -> None:
         c, shape = self.cloud, pool.shape
         self.check_shape(pool)
-        calendars.check_drivers_preset(
-            c, pool.name, pool.cls.name, shape.drivers_preset, self.version
-        )
+        for version in self.path():
+            calendars.check_drivers_preset(
+                c, pool.name, pool.cls.name, shape.drivers_preset, version
+            )
         accelerator = shape.accelerator.type if shape.accelerator else None
         template: dict = {
             "resources": {"platform": shape.platform, "preset": shape.preset},

@@ -2,6 +2,7 @@
 sizing, the shared cache, shapes."""
 
 import copy
+import dataclasses
 import itertools
 from datetime import timedelta
 
@@ -674,3 +675,26 @@ def test_a_live_cluster_turns_its_audit_log_on_in_place_and_nothing_else_moves()
     assert {k: d.body for k, d in again.resources.items()} == {
         k: d.body for k, d in out.resources.items()
     }
+
+
+def test_a_drivers_preset_without_an_image_for_a_step_on_the_way_is_warned(monkeypatch):
+    """A preset with images for the running minor and the spec's but not for a step between:
+    the group would be refused at that step and hold the others, so the step is named."""
+    xr, _, req = nebius()
+    out = converge(xr, req)
+    start = out.resources["cluster"].body["spec"]["forProvider"]["controlPlane"]["version"]
+    major, minor_ = (int(p) for p in start.split("."))
+    preset = out.resources[next(k for k in node_group_keys(out) if k != "system-nodegroup")].body[
+        "spec"
+    ]["forProvider"]["template"]["gpuSettings"]["driversPreset"]
+    gap, target = (major, minor_ + 1), (major, minor_ + 2)
+    offered = {preset: frozenset({(major, minor_), target})}
+    monkeypatch.setattr(calendars, "NEBIUS_DRIVERS_PRESETS", offered)
+    known = dict.fromkeys(((major, minor_), gap, target))  # no end announced
+    monkeypatch.setattr(calendars, "NEBIUS", dataclasses.replace(calendars.NEBIUS, ends=known))
+    raised = copy.deepcopy(xr)
+    raised["spec"]["cluster"]["nebius"]["kubernetesVersion"] = f"{major}.{minor_ + 2}"
+    again = compose_cluster(raised, req, sim.reported(out))
+    found = [r.message for r in again.results if r.reason == "DriversPresetUnsupported"]
+    assert found, [r.reason for r in again.results]
+    assert all(f"no Nebius node image for Kubernetes {major}.{minor_ + 1}" in m for m in found)
