@@ -298,7 +298,12 @@ def _cert_manager(name: str) -> dict:
     while down, cainjector keeps webhooks' caBundles in step with renewals."""
     release = names.release_name("cert-manager")
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": release}
-    return drains.chart_values(labels)
+    values = drains.chart_values(labels)
+    # The chart passes the policy through (cert-manager v1.20.2 templates/
+    # *poddisruptionbudget.yaml): a replica that never turns Ready does not block a drain of its
+    # node for good (stack review).
+    values["podDisruptionBudget"] |= {"unhealthyPodEvictionPolicy": drains.ALWAYS_ALLOW}
+    return values
 
 
 CERT_MANAGER_VALUES = {

@@ -11,7 +11,8 @@ BUDGET = {"maxUnavailable": 1}
 # A budget the function composes itself also lets a drain evict a pod that is not Ready
 # (policy/v1 unhealthyPodEvictionPolicy, GA in Kubernetes 1.31): a replica that never becomes
 # Ready would otherwise block every drain of its node for good.
-OWN_BUDGET = {**BUDGET, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+ALWAYS_ALLOW = "AlwaysAllow"
+OWN_BUDGET = {**BUDGET, "unhealthyPodEvictionPolicy": ALWAYS_ALLOW}
 
 
 def spread(labels: dict[str, str]) -> list[dict]:
