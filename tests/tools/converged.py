@@ -19,8 +19,8 @@ from tests.builders import example, provider_configs
 from tests.converge import SCHEMAS, Renderer, converge
 from tests.sim.providers import World
 from tests.sim.workload import healthy_gpu_nodes, inference_gateway
-from tests.tools.render import crossplane_bin
-from tests.tools.server import ROOT, function_server
+from tests.tools.render import crossplane_bin, example_folder
+from tests.tools.server import function_server
 
 # Far ahead, so a bought block neither nears its end nor has ended on any day this runs.
 BLOCK_END = "2099-12-14T11:30:00Z"
@@ -78,8 +78,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    if not (ROOT / "examples" / argv[0] / "inferencecluster.yaml").is_file():
-        print(f"no example {argv[0]!r} under examples/", file=sys.stderr)
+    if example_folder(argv[0]) is None:
         return 2
     with function_server() as server, tempfile.TemporaryDirectory(prefix="render-") as workdir:
         try:

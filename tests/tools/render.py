@@ -46,13 +46,21 @@ def render_args(
     return [*args, *extra]
 
 
+def example_folder(name: str) -> Path | None:
+    """A bundled example's folder, or None, said on stderr (the tools' shared first check)."""
+    folder = ROOT / "examples" / name
+    if (folder / "inferencecluster.yaml").is_file():
+        return folder
+    print(f"no example {name!r} under examples/", file=sys.stderr)
+    return None
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    example = ROOT / "examples" / argv[0]
-    if not (example / "inferencecluster.yaml").is_file():
-        print(f"no example {argv[0]!r} under examples/", file=sys.stderr)
+    example = example_folder(argv[0])
+    if example is None:
         return 2
     with function_server() as server:
         return subprocess.run(

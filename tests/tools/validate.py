@@ -21,7 +21,7 @@ import yaml
 
 from tests.conftest import CROSSPLANE_IMAGE, crds_dir
 from tests.tools.converged import converged
-from tests.tools.render import crossplane_bin, render_args
+from tests.tools.render import crossplane_bin, example_folder, render_args
 from tests.tools.server import ROOT, function_server
 from tests.validation import validate_everything
 
@@ -54,9 +54,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    folder = ROOT / "examples" / argv[0]
-    if not (folder / "inferencecluster.yaml").is_file():
-        print(f"no example {argv[0]!r} under examples/", file=sys.stderr)
+    folder = example_folder(argv[0])
+    if folder is None:
         return 2
     manifests = [
         d
