@@ -139,8 +139,19 @@ EKS_REMOTE_HOSTENGINE = (
 REMOTE_SECURITY_CONTEXT = {
     "runAsNonRoot": False,
     "runAsUser": 0,
-    "capabilities": {"drop": ["ALL"]},
+    # Helm merges maps: the chart's `add: [SYS_ADMIN]` (values.yaml securityContext) stays unless
+    # emptied here.
+    "capabilities": {"add": [], "drop": ["ALL"]},
     "allowPrivilegeEscalation": False,
+}
+# GKE: privileged for the GPUs' device nodes. The API server refuses privileged with the chart's
+# `allowPrivilegeEscalation: false` ("cannot set `allowPrivilegeEscalation` to false and
+# `privileged` to true", apis/core/validation), which Helm's merge would keep: set true.
+PRIVILEGED_SECURITY_CONTEXT = {
+    "privileged": True,
+    "allowPrivilegeEscalation": True,
+    "runAsNonRoot": False,
+    "runAsUser": 0,
 }
 
 # GKE COS: where the function's driver installer puts the driver (clusters/gke_driver.py
@@ -202,7 +213,7 @@ def values(source: str, service_monitor: bool, driver_root: str) -> dict:
             {"name": GKE_DRIVER_VOLUME, "mountPath": GKE_DRIVER_MOUNT, "readOnly": True},
         ]
         made["extraEnv"] = [{"name": "LD_LIBRARY_PATH", "value": f"{GKE_DRIVER_MOUNT}/lib64"}]
-        made["securityContext"] = {"privileged": True, "runAsNonRoot": False, "runAsUser": 0}
+        made["securityContext"] = PRIVILEGED_SECURITY_CONTEXT
     elif source == "Vultr":
         made["runtimeClassName"] = VULTR_RUNTIME_CLASS
     return made

@@ -69,7 +69,7 @@ def test_on_eks_it_reads_the_node_monitoring_agent_s_host_engine_instead_of_star
     assert "p5.48xlarge" in gpu_metrics.EKS_DCGM_INSTANCE_TYPES
     assert len(gpu_metrics.EKS_DCGM_INSTANCE_TYPES) == 77
     # No profiling of its own: no SYS_ADMIN.
-    assert values["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert values["securityContext"]["capabilities"] == {"add": [], "drop": ["ALL"]}
 
 
 @pytest.mark.parametrize("source", ["GKE", "AKS", "Nebius", "Vultr", "Existing"])
@@ -187,6 +187,20 @@ def test_the_real_chart_grants_dra_reads_and_mounts_the_pod_resources_socket():
     assert pod["tolerations"] == [GPU_TOLERATION]
     assert container["image"] == "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless"
     assert made["DaemonSet"]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "10%"
+
+
+@pytest.mark.parametrize("source", ["EKS", "GKE", "AKS", "Nebius", "Vultr", "Existing"])
+def test_the_real_chart_s_security_context_is_one_the_api_server_admits(source):
+    """Helm merges the function's securityContext into the chart's: privileged with the chart's
+    allowPrivilegeEscalation false is refused by the API server (GKE's install failed so in the
+    workload e2e); against EKS's remote host engine the chart's SYS_ADMIN is not kept."""
+    pod = _rendered(source, False, GKE_ROOT)["DaemonSet"]["spec"]["template"]["spec"]
+    context = pod["containers"][0]["securityContext"]
+    if context.get("privileged"):
+        assert context.get("allowPrivilegeEscalation") is not False, context
+    if source == "EKS":
+        assert not context["capabilities"].get("add"), context
+        assert context["capabilities"]["drop"] == ["ALL"]
 
 
 def test_the_real_chart_on_gke_mounts_the_driver_beside_its_counters():
