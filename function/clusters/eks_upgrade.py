@@ -259,37 +259,36 @@ def refused(cluster: ObservedResource | None) -> str | None:
     "During an update, the cluster status moves to UPDATING"). Any other Synced error, or none,
     may be an update under way (upjet reports Synced=True while its update runs), so it is not
     a refusal."""
-    if cluster is None or cluster.at_provider("status") == "UPDATING":
+    return _failed_update(cluster, CLUSTER_REFUSED)
+
+
+def _failed_update(seen: ObservedResource | None, shape: re.Pattern) -> str | None:
+    """The provider's words when its Synced error has this shape and EKS does not report the
+    resource UPDATING (`status.atProvider.status`), or None."""
+    if seen is None or seen.at_provider("status") == "UPDATING":
         return None
-    synced = cluster.condition("Synced") or {}
+    synced = seen.condition("Synced") or {}
     message = synced.get("message")
     if synced.get("status") != "False" or not isinstance(message, str):
         return None
-    return words(message) if CLUSTER_REFUSED.search(message) else None
+    return words(message) if shape.search(message) else None
 
 
 def _blocked_node_groups(cloud: Cloud, node_groups: list[str], held: dict) -> None:
     """Say, naming the pool, each node group whose version update EKS failed or refused, in the
     provider's words: while it does not report the new version, the groups after it wait, and
     the provider sends the same update again at each sync. Not while EKS reports the group
-    UPDATING (`status.atProvider.status`, the NodeGroup's status in EKS's API)."""
+    UPDATING: a GPU group replaced a node at a time runs past Terraform's 60-minute wait, whose
+    timeout has the failure's shape (SRE review, 2026-12-07)."""
     for key in sorted(node_groups, key=lambda k: (k != SYSTEM_GROUP, k)):
-        seen = cloud.observed(key)
-        if seen is None or seen.at_provider("status") == "UPDATING":
-            # Still under way: a GPU group replaced a node at a time runs past Terraform's
-            # 60-minute wait, whose timeout has the failure's shape (SRE review, 2026-12-07).
-            continue
-        synced = seen.condition("Synced") or {}
-        message = synced.get("message")
-        if synced.get("status") != "False" or not isinstance(message, str):
-            continue
-        if not NODE_GROUP_FAILED.search(message):
+        said = _failed_update(cloud.observed(key), NODE_GROUP_FAILED)
+        if said is None:
             continue
         pool = "the system node group" if key == SYSTEM_GROUP else f"pool {pool_name(key)!r}"
         waiting = sorted(pool_name(k) for k in held)
         after = f"; waiting after it: {', '.join(waiting)}" if waiting else ""
         cloud.warn(
-            f"{pool}: EKS did not update its node group ({words(message)}){after}. A drain "
+            f"{pool}: EKS did not update its node group ({said}){after}. A drain "
             "fails when a PodDisruptionBudget allows no eviction for 15 minutes "
             "(PodEvictionFailure): give each budget room for one pod on a node being replaced, "
             "or free the capacity EKS names; the provider sends the update again, and the "
