@@ -18,8 +18,9 @@ Contract (kept stable; the e2e proof runs the same commands as processes):
   digest by oras; then the container `apply` (upstream kubectl, IMAGES["kubectl"]) runs
   `bash -c APPLY_SCRIPT` with `apply_env(spec)`: it unpacks the chart layer, checks each selected
   file against its pinned sha256 (the bytes of the published chart's crds/, which the tests read
-  in ../shared/charts), applies them with `kubectl apply --server-side --force-conflicts
-  --field-manager=MANAGER`, and waits until each CRD is Established;
+  in ../shared/charts), takes over from Helm's field manager the CRDs Helm wrote, applies the
+  files with `kubectl apply --server-side --force-conflicts --field-manager=MANAGER`, and waits
+  until each CRD is Established;
 - both share `$WORK` (an emptyDir; HOME too, for kubectl's discovery cache and oras's config).
 
 RBAC by CRD name: get, list and watch (kubectl wait lists and watches with a metadata.name field
@@ -39,6 +40,13 @@ from function.versions import CHART_CRD_FILES, CHART_DIGESTS, CHARTS, GATEWAY_AP
 # The field manager the Job applies as: over CRDs Helm installed, --force-conflicts takes the
 # fields whose values differ (server-side apply), the rest are shared with Helm's manager.
 MANAGER = "modelplane-crds"
+# The managers Helm writes a chart's crds/ as: Helm names its manager after its binary unless told
+# otherwise (helm v3 and v4.2.3 pkg/kube/client.go getManagedFieldsManager), so `provider-helm`
+# (provider-helm v1.3.0 and v1.4.0 cluster/images/provider-helm/Dockerfile install it so and set
+# no ManagedFieldsManager) and `helm` (the CLI). A field one of them owns outlives its removal
+# from the chart (server-side apply removes a field only when no manager owns it), so the Job
+# takes their fields over once and drops their entries (APPLY_SCRIPT).
+HELM_MANAGERS = ("provider-helm", "helm")
 # Where a Helm chart's content is in its OCI manifest (helm.sh/docs/topics/registries: the chart
 # archive is the one layer of this media type).
 HELM_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
@@ -140,9 +148,18 @@ def fetch_args(spec: ChartCRDs) -> list[str]:
 # Runs in upstream kubectl's image: debian-base bookworm (kubernetes/release images/build/
 # debian-base keeps tar and gzip) with bash, jq and coreutils added (kubernetes
 # build/server-image/kubectl/Dockerfile).
-# Reads the layout oras wrote, unpacks the chart layer, checks the pinned files, applies them and
-# waits for them. CHECKSUMS is sha256sum's format (one "<sha256>  <path>" a line), CRDS the
-# names. Every step fails the container (set -e), and the Job, loudly.
+# Reads the layout oras wrote, unpacks the chart layer, checks the pinned files, takes over the
+# CRDs Helm installed, applies the files and waits for them. CHECKSUMS is sha256sum's format (one
+# "<sha256>  <path>" a line), CRDS the names. Every step fails the container (set -e), and the
+# Job, loudly.
+# Taking over (the first time the Job meets a CRD one of HELM_MANAGERS wrote; Kubernetes'
+# server-side apply docs, "Transferring ownership" and "Clearing managedFields"): the live CRD's
+# own content is applied as MANAGER (its fields are then MANAGER's too, with the values they
+# have: nothing changes), then Helm's entries are dropped from its managedFields by a JSON patch
+# that first tests the resourceVersion the apply returned (no write of another is lost), so the
+# apply of the new files that follows removes what the new chart no longer has. Entries of any
+# other manager (a controller injecting a conversion webhook's caBundle, another tool's label)
+# are kept, and so are their fields. Idempotent: a CRD with no Helm entry is left alone.
 APPLY_SCRIPT = """set -euo pipefail
 layout="$WORK/chart" unpacked="$WORK/unpacked"
 blob() { echo "$layout/blobs/${1/://}"; }
@@ -154,8 +171,25 @@ tar -xzf "$(blob "$layer")" -C "$unpacked"
 cd "$unpacked"
 sha256sum --check --strict <<<"$CHECKSUMS"
 mapfile -t files < <(cut -c67- <<<"$CHECKSUMS")
-kubectl apply --server-side --force-conflicts --field-manager="$MANAGER" "${files[@]/#/-f}"
 read -ra crds <<<"$CRDS"
+helm='def helm: (.manager | IN($ENV.HELM_MANAGERS | splits(" "))) and (.subresource // "") == "";'
+live=$(kubectl get "${crds[@]/#/crd/}" --ignore-not-found --show-managed-fields -o json)
+helmed=$(jq -c "$helm"' if .kind == "List" then .items[] else . end
+  | select(any(.metadata.managedFields[]?; helm))' <<<"${live:-null}")
+while read -r crd; do
+  [[ -n $crd ]] || continue
+  name=$(jq -r .metadata.name <<<"$crd")
+  jq '{apiVersion, kind, spec, metadata: ({name: .metadata.name}
+    + (.metadata | {labels, annotations} | with_entries(select(.value != null))))}' <<<"$crd" \\
+    | kubectl apply --server-side --force-conflicts --field-manager="$MANAGER" -f -
+  taken=$(kubectl get "crd/$name" --show-managed-fields -o json)
+  patch=$(jq -c "$helm"' [
+    {op: "test", path: "/metadata/resourceVersion", value: .metadata.resourceVersion},
+    {op: "replace", path: "/metadata/managedFields",
+     value: [.metadata.managedFields[] | select(helm | not)]}]' <<<"$taken")
+  kubectl patch "crd/$name" --type=json -p "$patch"
+done <<<"$helmed"
+kubectl apply --server-side --force-conflicts --field-manager="$MANAGER" "${files[@]/#/-f}"
 kubectl wait --for condition=Established --timeout="$WAIT_TIMEOUT" "${crds[@]/#/crd/}"
 """
 
@@ -167,6 +201,7 @@ def apply_env(spec: ChartCRDs) -> dict[str, str]:
         "HOME": WORK,
         "HELM_LAYER": HELM_LAYER,
         "MANAGER": MANAGER,
+        "HELM_MANAGERS": " ".join(HELM_MANAGERS),
         "WAIT_TIMEOUT": WAIT_TIMEOUT,
         "CHECKSUMS": "\n".join(f"{f.sha256}  {f.path}" for f in spec.files),
         "CRDS": " ".join(spec.crds),

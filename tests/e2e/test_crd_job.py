@@ -82,6 +82,7 @@ CHART = "e2e-crds"
 REPOSITORY = "charts"  # the chart is at <registry>/charts/e2e-crds
 OLD, NEW = "0.1.0", "0.2.0"
 WIDGETS, GADGETS = "widgets.e2e.modelplane.ai", "gadgets.e2e.modelplane.ai"
+DROPPED = "e2e.modelplane.ai/dropped-in"  # an annotation only 0.1.0's Widget carries
 CRD_API = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 RELEASE, RELEASE_NAMESPACE = "e2e-crds", "e2e-crds"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -408,11 +409,14 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> subproces
 
 def test_the_job_takes_over_what_helm_installed_and_creates_a_new_crd(setup: Setup):
     """A live cluster: the real Helm installed 0.1.0 from the registry, so Widget is Helm's (its
-    fields under Helm's manager, an Update). The function's Job for 0.2.0, fetched by digest,
-    applies 0.2.0's crds/ with the function's field manager: Widget takes 0.2.0's schema (the
-    fields whose values differ taken from Helm's manager, which a plain apply refuses as
-    conflicts), Gadget is created, both Established, a Widget made before survives; run again
-    (the Job's retry), nothing changes. Only then does the release move: `helm upgrade
+    fields under Helm's manager, an Update), and another manager labelled it. The function's Job
+    for 0.2.0, fetched by digest, takes Widget over from Helm (Helm's entry dropped, the other
+    manager's kept) and applies 0.2.0's crds/ with the function's field manager: Widget takes
+    0.2.0's schema (the fields whose values differ taken from Helm's manager, which a plain apply
+    refuses as conflicts), and loses what 0.2.0 drops, inside its versions and outside them (a
+    short name, an annotation Helm alone owned), the other manager's label stays, Gadget is
+    created, both Established, a Widget made before survives; run again (the Job's retry),
+    nothing changes. Only then does the release move: `helm upgrade
     --skip-crds` (provider-helm's skipCRDs) to 0.2.0, leaving the CRDs as the Job applied them."""
     admin = setup.workdir / "admin-kubeconfig"
     admin.write_text(setup.cluster.kubeconfig_text())
@@ -426,6 +430,12 @@ def test_the_job_takes_over_what_helm_installed_and_creates_a_new_crd(setup: Set
     assert helms is not None and crd(setup, GADGETS) is None
     assert managers(helms) == {"helm": "Update"}, helms["metadata"]["managedFields"]
     assert "colour" not in spec_properties(helms)
+    assert helms["spec"]["names"]["shortNames"] == ["wdg"]
+    assert helms["metadata"]["annotations"] == {DROPPED: NEW}
+    # Another manager's field on the CRD: the takeover must not make it the Job's to remove.
+    team = {"apiVersion": CRD_API[0], "kind": CRD_API[1], "metadata": {"name": WIDGETS}}
+    setup.kube.apply({**team, "metadata": {**team["metadata"], "labels": {"team": "e2e"}}},
+                     manager="someone-else")  # fmt: skip
     setup.kube.apply(
         {
             "apiVersion": "e2e.modelplane.ai/v1",
@@ -458,12 +468,15 @@ def test_the_job_takes_over_what_helm_installed_and_creates_a_new_crd(setup: Set
     for found in (moved, added):
         assert condition(found, "Established").get("status") == "True", found["status"]
         assert managers(found).get(crd_job.MANAGER) == "Apply", found["metadata"]
-    # Taken over: a CRD's versions are one atomic list (apiextensions/v1 types.go,
-    # +listType=atomic), which 0.2.0 changes, so the function's manager now owns it alone (and
-    # what 0.2.0 drops from a version's schema is gone); Helm's keeps the fields both set alike
-    # (shared) and what only it set.
+    # Taken over: Helm's entry is gone and the function's manager owns what Helm owned, so what
+    # 0.2.0 drops outside the versions list goes too (inside it, the list is atomic: apiextensions
+    # v1 types.go, +listType=atomic); another manager's entry and field stay.
+    assert managers(moved) == {crd_job.MANAGER: "Apply", "someone-else": "Apply"}, moved
     assert owned(moved, crd_job.MANAGER) >= {"versions", "group", "names", "scope"}
-    assert owned(moved, "helm") == {"group", "names", "scope", "conversion"}, moved["metadata"]
+    assert moved["spec"]["conversion"] == {"strategy": "None"}  # the API server's default again
+    assert "shortNames" not in moved["spec"]["names"], moved["spec"]["names"]
+    assert DROPPED not in (moved["metadata"].get("annotations") or {}), moved["metadata"]
+    assert moved["metadata"]["labels"] == {"team": "e2e"}
     assert managers(added) == {crd_job.MANAGER: "Apply"}
     kept = setup.kube.get("e2e.modelplane.ai/v1", "Widget", "kept", RELEASE_NAMESPACE)
     assert kept["spec"] == {"size": "large"}
@@ -740,15 +753,16 @@ def test_the_real_provider_helm_moves_the_release_after_the_job_without_its_crds
             wait_for(lambda: deployed(1), timeout=300, what="0.1.0 installed", describe=status)
             helms = crd(other, WIDGETS)
             assert helms is not None and crd(other, GADGETS) is None
-            # One manager, Helm's Create inside provider-helm, an Update (unnamed, so the API
-            # server names it after the User-Agent, client-go's default: the process's name).
-            assert list(managers(helms).values()) == ["Update"], helms["metadata"]
-            assert crd_job.MANAGER not in managers(helms)
+            # One manager, Helm's Create inside provider-helm, an Update named after the
+            # process (Helm's getManagedFieldsManager: its binary's name, which provider-helm's
+            # image gives as the e2e does), one of those the Job takes over from.
+            assert managers(helms) == {"provider-helm": "Update"}, helms["metadata"]
+            assert set(managers(helms)) <= set(crd_job.HELM_MANAGERS)
 
             ran = run_job(other, spec_for(other, NEW), "job")
             assert [r.returncode for r in ran] == [0, 0], ran
             moved = {n: crd(other, n) for n in (WIDGETS, GADGETS)}
-            assert all(managers(c).get(crd_job.MANAGER) == "Apply" for c in moved.values())
+            assert all(managers(c) == {crd_job.MANAGER: "Apply"} for c in moved.values())
 
             kube.patch(
                 release["apiVersion"], release["kind"], name,

@@ -215,7 +215,15 @@ def _run(tmp_path: Path, key: str, tamper: str | None = None):
 def test_the_script_applies_the_checked_files_then_waits_for_them(tmp_path, key):
     spec, done, calls = _run(tmp_path, key)
     assert done.returncode == 0, done.stderr
-    apply, wait = calls
+    get, apply, wait = calls  # the fake kubectl finds no CRD: none to take over from Helm
+    assert get.split() == [
+        "get",
+        *(f"crd/{c}" for c in spec.crds),
+        "--ignore-not-found",
+        "--show-managed-fields",
+        "-o",
+        "json",
+    ]
     files = [f"-f{f.path}" for f in spec.files]
     assert apply.split() == [
         "apply",
