@@ -342,7 +342,8 @@ def state(job: object, expected: str) -> str:
             return (
                 f"failed, {said or 'no reason given'}; the log of its pod's apply or fetch "
                 "container says why (a wrong digest or checksum, a refused write, the registry "
-                "out of reach); delete the Job to run it again"
+                "out of reach), its pod's events why it never started (an image that could not "
+                "be pulled); delete the Job to run it again"
             )
     return RUNNING
 
