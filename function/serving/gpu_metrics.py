@@ -86,8 +86,10 @@ GPU_NODE_LABELS = (
 
 # Where the EKS node monitoring agent runs its DCGM host engine (dcgm-server): its chart's
 # dcgmAgent.affinity at v1.7.0, which the function leaves as it is (it sets only the tolerations,
-# clusters/eks.py). EKS installs the agent's default version for the cluster's minor: a GPU
-# instance type a later agent adds gets no exporter here until this list has it.
+# clusters/eks.py). EKS installs the agent's default version for the cluster's minor, which the
+# function does not pin (no exact published add-on version found: docs/stack.md, GPU metrics): a
+# GPU instance type a later agent adds gets no exporter here until this list has it, and one that
+# moves dcgm-server's port or placement leaves the exporter exiting where no engine answers.
 EKS_DCGM_INSTANCE_TYPES = (
     *(f"g3.{s}" for s in ("16xlarge", "4xlarge", "8xlarge")),
     "g3s.xlarge",
@@ -274,11 +276,11 @@ SERVICE_MONITOR = {
     "metadata": {
         "name": _RELEASE,
         "namespace": NAMESPACE,
-        "labels": SELECTOR,
+        "labels": dict(SELECTOR),
         "annotations": dict([HELM_KEEP]),
     },
     "spec": {
-        "selector": {"matchLabels": SELECTOR},
+        "selector": {"matchLabels": dict(SELECTOR)},
         "namespaceSelector": {"matchNames": [NAMESPACE]},
         "endpoints": [
             {
