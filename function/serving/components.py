@@ -59,7 +59,8 @@ class Context:
     # The moves of a live cluster's objects whose new home now serves, by name (read from what is
     # observed: function/serving/modelexpress.py).
     moved: frozenset[str] = frozenset()
-    # Whether the GPU metrics release renders its ServiceMonitor (function/serving/gpu_metrics.py).
+    # Whether the GPU metrics release still renders its ServiceMonitor, handing it over
+    # (function/serving/gpu_metrics.py release_renders).
     service_monitor: bool = False
     # Whether gateway-helm's CRD Job applies the Gateway API CRDs too: not on an Existing cluster
     # whose Gateway API CRDs are someone else's (stack.gateway_api_crds_ours).

@@ -28,15 +28,20 @@ privileged for the device nodes. Even against a remote host engine the exporter 
 Kubernetes mode, for MIG device names: pkg/cmd/app.go), so it needs the driver's libraries there
 too.
 
-The ServiceMonitor is rendered only where its CRD exists on the cluster (the chart renders it by
-default, and Helm fails on a kind the API server does not know): an Observe-only Object reads the
-CRD; while that answer is not in, the release keeps what it was installed with.
+The ServiceMonitor is not the release's: a release that holds one cannot be upgraded, nor rolled
+back, once its CRD is removed from the cluster (Helm v4.2.3 and v3.21.1 pkg/action/upgrade.go
+build the stored manifest first: "unable to build kubernetes objects from current release
+manifest", helm/helm#6813), so every later chart bump would fail. The release renders none
+(`serviceMonitor.enabled: false`); a provider-kubernetes Object makes the one the chart 4.8.3
+renders (templates/service-monitor.yaml), where an Observe-only Object finds its CRD.
 """
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from function import failures
+from function import failures, kube, names
+from function.caches import BODIES
+from function.clusters.base import as_desired
 from function.inputs import ObservedResource
 from function.output import Desired
 from function.serving import looking
@@ -51,6 +56,8 @@ NAMESPACE = CHARTS[KEY].namespace
 # The Observe-only Object that says whether the cluster has the ServiceMonitor CRD.
 SERVICE_MONITORS_KEY = "detect-servicemonitors"
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
+# The Object of the exporter's ServiceMonitor.
+SERVICE_MONITOR_KEY = "dcgm-exporter-service-monitor"
 
 # The cost on each GPU node, the function's choice: 100m CPU and 256 MiB requested, 1 GiB at most
 # and no CPU limit. Not the chart's defaults (128 MiB, 512 MiB and 200m): on 8-GPU nodes the
@@ -79,8 +86,10 @@ GPU_NODE_LABELS = (
 
 # Where the EKS node monitoring agent runs its DCGM host engine (dcgm-server): its chart's
 # dcgmAgent.affinity at v1.7.0, which the function leaves as it is (it sets only the tolerations,
-# clusters/eks.py). EKS installs the agent's default version for the cluster's minor: a GPU
-# instance type a later agent adds gets no exporter here until this list has it.
+# clusters/eks.py). EKS installs the agent's default version for the cluster's minor, which the
+# function does not pin (no exact published add-on version found: docs/stack.md, GPU metrics): a
+# GPU instance type a later agent adds gets no exporter here until this list has it, and one that
+# moves dcgm-server's port or placement leaves the exporter exiting where no engine answers.
 EKS_DCGM_INSTANCE_TYPES = (
     *(f"g3.{s}" for s in ("16xlarge", "4xlarge", "8xlarge")),
     "g3s.xlarge",
@@ -200,6 +209,7 @@ def values(source: str, service_monitor: bool, driver_root: str) -> dict:
         "affinity": gpu_nodes(),
         "resources": RESOURCES,
         "rollingUpdate": ROLLOUT,
+        # Only while a live release hands its ServiceMonitor over (release_renders).
         "serviceMonitor": {"enabled": service_monitor},
     }
     if source == "EKS":
@@ -233,16 +243,112 @@ def observer(xr: str, provider_config: str) -> Desired:
     return looking.detector(xr, SERVICE_MONITORS_KEY, _Sought(), provider_config, "")
 
 
-def service_monitor(observed: Mapping[str, ObservedResource]) -> bool:
-    """Whether the release renders its ServiceMonitor: yes once the CRD is seen, no once it is
-    seen absent; until either, what the live release has (a new one: no)."""
+def crd_found(observed: Mapping[str, ObservedResource]) -> bool | None:
+    """Whether the cluster has the ServiceMonitor CRD: True once read, False once the provider
+    reports it absent (the API server's NotFound, an answer), None while no answer is in (not
+    observed yet, a passing error, not read yet)."""
     seen = observed.get(SERVICE_MONITORS_KEY)
-    if seen is not None and failures.does_not_exist(seen):
+    if seen is None:
+        return None
+    if failures.does_not_exist(seen):
         return False
-    if seen is not None and isinstance(seen.at_provider("manifest", "metadata"), dict):
-        return True
-    live = observed.get(RELEASE_KEY)
-    enabled = (
-        live.get("spec", "forProvider", "values", "serviceMonitor", "enabled") if live else None
+    return True if isinstance(seen.at_provider("manifest", "metadata"), dict) else None
+
+
+# The chart's names with the function's values (templates/_helpers.tpl): the release's name holds
+# the chart's, so fullname is the release's name; the selector labels name the chart and release.
+_RELEASE = names.release_name(KEY)
+SELECTOR = {
+    "app.kubernetes.io/name": CHARTS[KEY].name,
+    "app.kubernetes.io/instance": _RELEASE,
+    "app.kubernetes.io/component": CHARTS[KEY].name,
+}
+# Helm deletes what an upgrade no longer renders unless the live object carries this
+# (pkg/kube/client.go Update reads it from the live object: Helm v4.2.3 and v3.21.1), so the live
+# release's ServiceMonitor is handed to the Object in place. Meaningless to Helm otherwise.
+HELM_KEEP = ("helm.sh/resource-policy", "keep")
+# What the chart 4.8.3 renders with the function's values (templates/service-monitor.yaml,
+# values.yaml serviceMonitor: interval 30s, scrapeTimeout 25s, honorLabels false, no relabelings),
+# with its selector labels and not Helm's others (its chart, version and managed-by).
+SERVICE_MONITOR = {
+    "apiVersion": "monitoring.coreos.com/v1",
+    "kind": "ServiceMonitor",
+    "metadata": {
+        "name": _RELEASE,
+        "namespace": NAMESPACE,
+        "labels": dict(SELECTOR),
+        "annotations": dict([HELM_KEEP]),
+    },
+    "spec": {
+        "selector": {"matchLabels": dict(SELECTOR)},
+        "namespaceSelector": {"matchNames": [NAMESPACE]},
+        "endpoints": [
+            {
+                "port": "metrics",
+                "path": "/metrics",
+                "interval": "30s",
+                "scrapeTimeout": "25s",
+                "honorLabels": False,
+                "relabelings": [],
+                "metricRelabelings": [],
+            }
+        ],
+    },
+}
+# Ready once the live ServiceMonitor carries HELM_KEEP: the release may then stop rendering it.
+HELD = (
+    f"has(object.metadata.annotations) && '{HELM_KEEP[0]}' in object.metadata.annotations"
+    f" && object.metadata.annotations['{HELM_KEEP[0]}'] == '{HELM_KEEP[1]}'"
+)
+# Never deleted through the Object: with its CRD gone provider-kubernetes cannot read the kind,
+# so an Object that deletes could never go (crossplane-runtime v2.4.0's managed reconciler
+# observes before deleting, and skips that only when the policies hold no Delete). Its
+# ServiceMonitor goes with its CRD, or with the function's namespace when the XR is deleted.
+POLICIES = ["Observe", "Create", "Update", "LateInitialize"]
+
+
+def service_monitor(
+    xr: str, provider_config: str, observed: Mapping[str, ObservedResource]
+) -> Desired | None:
+    """The exporter's ServiceMonitor Object, or None. Composed while the CRD is found, first once
+    the release is there (its namespace is); kept while no answer is in; dropped only once the
+    CRD is reported absent (its ServiceMonitors are gone with it). Ready whatever it reports:
+    metrics do not hold the stack back (a failed apply is a Warning)."""
+    found = crd_found(observed)
+    seen = observed.get(SERVICE_MONITOR_KEY)
+    if found is False:
+        return None
+    if found is None:
+        return None if seen is None else Desired(as_desired(seen.body), ready=True)
+    if seen is None and RELEASE_KEY not in observed:
+        return None
+    body = BODIES.item(
+        xr,
+        ("service-monitor", provider_config),
+        lambda: kube.manifest_object(
+            xr,
+            SERVICE_MONITOR_KEY,
+            SERVICE_MONITOR,
+            provider_config,
+            policies=POLICIES,
+            ready_when=HELD,
+        ),
     )
-    return enabled is True
+    return Desired(body, ready=True, shared=True)
+
+
+def release_renders(observed: Mapping[str, ObservedResource]) -> bool:
+    """Whether the release still renders the chart's ServiceMonitor: only a live one that did,
+    until the Object holds it (Ready: marked HELM_KEEP, so the upgrade that stops rendering it
+    leaves it in place, no scrape gap). Where the CRD is reported absent, no longer: the upgrade
+    then fails in Helm's words until the CRD is back (docs/stack.md, GPU metrics)."""
+    live = observed.get(RELEASE_KEY)
+    if (
+        live is None
+        or live.get("spec", "forProvider", "values", "serviceMonitor", "enabled") is not True
+    ):
+        return False
+    held = observed.get(SERVICE_MONITOR_KEY)
+    if held is not None and held.ready:
+        return False
+    return crd_found(observed) is not False

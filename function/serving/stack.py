@@ -109,7 +109,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         load_balancer_annotations=load_balancer_annotations(inputs, cluster),
         source=inputs.xr.spec.cluster.source,
         moved=modelexpress.moves(observed),
-        service_monitor=gpu_metrics.service_monitor(observed),
+        service_monitor=gpu_metrics.release_renders(observed),
         gateway_api_crds=gateway_api_crds_ours(inputs.xr.spec.cluster.source, observed),
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
@@ -126,6 +126,9 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         facts.resources[gpu_metrics.SERVICE_MONITORS_KEY] = gpu_metrics.observer(
             inputs.xr.name, cluster.provider_config
         )
+    monitor = gpu_metrics.service_monitor(inputs.xr.name, cluster.provider_config, observed)
+    if monitor is not None:
+        facts.resources[gpu_metrics.SERVICE_MONITOR_KEY] = monitor
 
     probes = gpus.render(inputs, cluster.provider_config, _ready(observed.get(gpus.NAMESPACE_KEY)))
     facts.resources |= probes.resources

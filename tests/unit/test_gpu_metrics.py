@@ -1,9 +1,12 @@
 """GPU metrics: the DCGM exporter's values per source, its ServiceMonitor only where the CRD
 exists, and what the real chart renders with them (function/serving/gpu_metrics.py)."""
 
+import copy
+
 import pytest
 
 from function import kube
+from function.compose import compose_cluster
 from function.inputs import ObservedResource
 from function.serving import gpu_metrics
 from function.serving.components import COMPONENTS, RESOURCE_KEYS
@@ -12,12 +15,16 @@ from function.workload import GPU_NODE_LABEL, GPU_TOLERATION
 from tests import charts
 from tests.builders import all_classes, example
 from tests.sim.providers import World
-from tests.sim.workload import inference_gateway
+from tests.sim.workload import inference_gateway, object_ready
 from tests.unit import sim
 
 SOURCES = ("EKS", "GKE", "AKS", "Nebius", "Vultr", "Existing")
 GKE_ROOT = "/home/kubernetes/bin/nvidia"
 SCHEMAS = {"inference-gateway-kind": True}
+HELM_ANNOTATIONS = {
+    "meta.helm.sh/release-name": "mp-dcgm-exporter",
+    "meta.helm.sh/release-namespace": "modelplane-gpu-metrics",
+}
 CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
@@ -97,45 +104,111 @@ def test_on_vultr_it_runs_under_the_gpu_operator_s_runtime_class():
     assert "runtimeClassName" not in gpu_metrics.values("AKS", False, "/")
 
 
-def _observed(crd: dict | None = None, absent: bool = False, live: bool | None = None):
+def _detector(crd: dict | None = None, absent: bool = False) -> ObservedResource:
+    synced = {"type": "Synced", "status": "True"}
+    if absent:
+        synced = {
+            "type": "Synced",
+            "status": "False",
+            "message": "cannot observe external resource: external resource does not exist",
+        }
+    return ObservedResource(
+        {"spec": {}, "status": {"atProvider": {"manifest": crd or {}}, "conditions": [synced]}}
+    )
+
+
+def _observed(
+    crd: dict | None = None,
+    absent: bool = False,
+    live: bool | None = None,
+    held: bool | None = None,
+):
+    """What is observed: the detector (the CRD found, reported absent, or neither: not
+    answered), the live release with its serviceMonitor.enabled, and the ServiceMonitor's
+    Object, Ready (held: its live object marked keep) or not."""
     resources = {}
     if crd is not None or absent:
-        synced = {"type": "Synced", "status": "True"}
-        if absent:
-            synced = {
-                "type": "Synced",
-                "status": "False",
-                "message": "cannot observe external resource: external resource does not exist",
-            }
-        resources[gpu_metrics.SERVICE_MONITORS_KEY] = ObservedResource(
-            {
-                "spec": {},
-                "status": {"atProvider": {"manifest": crd or {}}, "conditions": [synced]},
-            }
-        )
+        resources[gpu_metrics.SERVICE_MONITORS_KEY] = _detector(crd, absent)
     if live is not None:
         values = {"serviceMonitor": {"enabled": live}}
         resources[gpu_metrics.RELEASE_KEY] = ObservedResource(
             {"spec": {"forProvider": {"values": values}}}
         )
+    if held is not None:
+        body = gpu_metrics.service_monitor("x", "pc", {**resources, **_found_release()}).body
+        ready = {"type": "Ready", "status": "True" if held else "False"}
+        resources[gpu_metrics.SERVICE_MONITOR_KEY] = ObservedResource(
+            {**body, "status": {"conditions": [ready]}}
+        )
     return resources
 
 
-def test_the_service_monitor_follows_its_crd_and_otherwise_keeps_what_runs():
-    assert gpu_metrics.service_monitor(_observed(CRD)) is True
-    assert gpu_metrics.service_monitor(_observed(absent=True)) is False
-    assert gpu_metrics.service_monitor(_observed(absent=True, live=True)) is False
-    assert gpu_metrics.service_monitor(_observed(CRD, live=False)) is True
-    # Not answered yet (first reconcile, a passing error): what the release was installed with.
-    assert gpu_metrics.service_monitor(_observed(live=True)) is True
-    assert gpu_metrics.service_monitor(_observed(live=False)) is False
-    assert gpu_metrics.service_monitor(_observed()) is False
+def _found_release() -> dict:
+    return {
+        gpu_metrics.SERVICE_MONITORS_KEY: _detector(CRD),
+        gpu_metrics.RELEASE_KEY: ObservedResource({"spec": {}}),
+    }
+
+
+def test_the_release_renders_no_service_monitor_but_hands_a_live_one_over_in_place():
+    """Helm cannot upgrade a release whose stored manifest holds a kind the cluster no longer
+    has: the release never renders the ServiceMonitor, except a live one that did, until the
+    Object holds it (Ready: marked keep, which Helm's upgrade reads on the live object)."""
+    # A new release, or one with the CRD or without: never.
+    assert gpu_metrics.release_renders(_observed()) is False
+    assert gpu_metrics.release_renders(_observed(CRD)) is False
+    assert gpu_metrics.release_renders(_observed(CRD, live=False)) is False
+    assert gpu_metrics.release_renders(_observed(absent=True, live=False)) is False
+    # A live one that renders it: kept until the Object holds it, answer or none.
+    assert gpu_metrics.release_renders(_observed(CRD, live=True)) is True
+    assert gpu_metrics.release_renders(_observed(CRD, live=True, held=False)) is True
+    assert gpu_metrics.release_renders(_observed(live=True)) is True
+    assert gpu_metrics.release_renders(_observed(CRD, live=True, held=True)) is False
+    assert gpu_metrics.release_renders(_observed(live=True, held=True)) is False
+    # Its CRD reported gone before the Object held it: Helm's upgrade fails either way.
+    assert gpu_metrics.release_renders(_observed(absent=True, live=True)) is False
+
+
+def test_the_service_monitor_object_follows_the_crd_and_goes_only_once_it_is_reported_absent():
+    xr, pc = "x", "pc"
+    # Found, the release there: composed; not before the release (its namespace).
+    made = gpu_metrics.service_monitor(xr, pc, _found_release())
+    assert made is not None and made.ready
+    assert gpu_metrics.service_monitor(xr, pc, _observed(CRD)) is None
+    # Not answered: none made, one there kept as it is.
+    assert gpu_metrics.service_monitor(xr, pc, _observed(live=False)) is None
+    there = _observed(CRD, live=False, held=True)
+    unanswered = {k: v for k, v in there.items() if k != gpu_metrics.SERVICE_MONITORS_KEY}
+    kept = gpu_metrics.service_monitor(xr, pc, unanswered)
+    assert kept is not None
+    assert kept.body["spec"] == made.body["spec"]
+    passing = {**there, gpu_metrics.SERVICE_MONITORS_KEY: _detector()}  # read, no manifest yet
+    assert gpu_metrics.service_monitor(xr, pc, passing) is not None
+    # Reported absent (the API server's NotFound): dropped, its ServiceMonitors went with the CRD.
+    gone = {**there, gpu_metrics.SERVICE_MONITORS_KEY: _detector(absent=True)}
+    assert gpu_metrics.service_monitor(xr, pc, gone) is None
+
+
+def test_the_service_monitor_object_never_deletes_and_is_ready_once_marked_keep():
+    """Dropped once its kind is gone, an Object that deletes could never go (provider-kubernetes
+    cannot read the kind; crossplane-runtime skips observing only without Delete)."""
+    body = gpu_metrics.service_monitor("x", "pc", _found_release()).body
+    assert "Delete" not in body["spec"]["managementPolicies"]
+    assert "*" not in body["spec"]["managementPolicies"]
+    manifest = body["spec"]["forProvider"]["manifest"]
+    assert manifest["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    # Helm's, as the live release made it: not Ready until the Object's apply marked it.
+    helms = {**manifest, "metadata": {**manifest["metadata"], "annotations": HELM_ANNOTATIONS}}
+    assert not object_ready(body, helms)
+    marked = copy.deepcopy(helms)
+    marked["metadata"]["annotations"]["helm.sh/resource-policy"] = "keep"
+    assert object_ready(body, marked)
 
 
 def _converged(source_example: str, world: World):
     xr, classes = example(source_example)
     required = {**all_classes(classes), "inference-gateways": [inference_gateway("fleet-a")]}
-    return sim.converge(xr, required, world, SCHEMAS)
+    return sim.converge(xr, required, world, SCHEMAS), xr, required
 
 
 def _release_values(out) -> dict:
@@ -143,16 +216,47 @@ def _release_values(out) -> dict:
 
 
 def test_a_cluster_without_the_crd_gets_no_service_monitor_and_one_with_it_does():
-    without = _converged("existing", World())
+    without, _, _ = _converged("existing", World())
     assert _release_values(without)["serviceMonitor"] == {"enabled": False}
+    assert gpu_metrics.SERVICE_MONITOR_KEY not in without.resources
     observer = without.resources[gpu_metrics.SERVICE_MONITORS_KEY]
     assert observer.ready  # asked, not waited for
     manifest = observer.body["spec"]["forProvider"]["manifest"]
     assert manifest["metadata"]["name"] == "servicemonitors.monitoring.coreos.com"
     assert observer.body["spec"]["managementPolicies"] == ["Observe"]
-    with_crd = _converged("existing", World(detected={gpu_metrics.SERVICE_MONITOR_CRD: CRD}))
-    assert _release_values(with_crd)["serviceMonitor"] == {"enabled": True}
+    world = World(detected={gpu_metrics.SERVICE_MONITOR_CRD: CRD})
+    with_crd, xr, required = _converged("existing", world)
+    assert _release_values(with_crd)["serviceMonitor"] == {"enabled": False}
+    monitor = with_crd.resources[gpu_metrics.SERVICE_MONITOR_KEY]
+    assert monitor.body["spec"]["forProvider"]["manifest"] == gpu_metrics.SERVICE_MONITOR
     assert with_crd.status == without.status
+    # The CRD removed later: the Object goes, the release is left as it is.
+    later = World(detected={gpu_metrics.SERVICE_MONITOR_CRD: None})
+    again = compose_cluster(
+        xr, sim.answered(required, with_crd, later), sim.reported(with_crd, later), SCHEMAS
+    )
+    assert gpu_metrics.SERVICE_MONITOR_KEY not in again.resources
+    assert _release_values(again) == _release_values(with_crd)
+
+
+def test_a_live_release_s_service_monitor_is_handed_to_the_object_before_helm_stops_rendering_it():
+    """A cluster the previous function release composed: its release renders the ServiceMonitor.
+    The Object comes first, over Helm's; the release stops rendering it once the Object holds it
+    (so Helm's upgrade leaves it in place), and the two then agree for good."""
+    world = World(detected={gpu_metrics.SERVICE_MONITOR_CRD: CRD})
+    out, xr, required = _converged("existing", world)
+
+    previous = sim.reported(out, world)  # bodies of their own: edited in place
+    release = previous.resources[RESOURCE_KEYS[gpu_metrics.KEY]].body
+    release["spec"]["forProvider"]["values"]["serviceMonitor"] = {"enabled": True}
+    del previous.resources[gpu_metrics.SERVICE_MONITOR_KEY]
+    first = compose_cluster(xr, sim.answered(required, out, world), previous, SCHEMAS)
+    assert _release_values(first)["serviceMonitor"] == {"enabled": True}
+    assert gpu_metrics.SERVICE_MONITOR_KEY in first.resources
+    then = sim.reported(first, world)
+    second = compose_cluster(xr, sim.answered(required, first, world), then, SCHEMAS)
+    assert then.resources[gpu_metrics.SERVICE_MONITOR_KEY].ready
+    assert _release_values(second)["serviceMonitor"] == {"enabled": False}
 
 
 def _release(values: dict) -> dict:
@@ -167,6 +271,28 @@ def _rendered(source: str, service_monitor: bool, root: str = "/") -> dict[str, 
 def test_the_real_chart_renders_a_service_monitor_only_when_asked():
     assert "ServiceMonitor" in _rendered("AKS", True)
     assert "ServiceMonitor" not in _rendered("AKS", False)
+
+
+@pytest.mark.parametrize("helm", ["HELM", "HELM4"])
+@pytest.mark.parametrize("source", SOURCES)
+def test_the_object_s_service_monitor_is_the_one_the_real_chart_renders(source, helm):
+    """The chart 4.8.3 with the function's values and serviceMonitor.enabled, by Helm v3 and v4:
+    the same name, namespace, selector, endpoints (interval, timeout, relabelings); of its
+    labels, the selector's; of annotations, only Helm's keep."""
+    values = gpu_metrics.values(source, True, GKE_ROOT if source == "GKE" else "/")
+    binary = charts.helm_bin(helm, "helm4" if helm == "HELM4" else "helm")
+    (chart,) = [
+        m for m in charts.template(_release(values), binary) if m["kind"] == "ServiceMonitor"
+    ]
+    ours = gpu_metrics.SERVICE_MONITOR
+    assert (ours["apiVersion"], ours["kind"]) == (chart["apiVersion"], chart["kind"])
+    for field in ("name", "namespace"):
+        assert ours["metadata"][field] == chart["metadata"][field]
+    assert ours["spec"] == chart["spec"]
+    assert ours["metadata"]["labels"].items() <= chart["metadata"]["labels"].items()
+    assert ours["metadata"]["labels"] == chart["spec"]["selector"]["matchLabels"]
+    assert ours["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert "annotations" not in chart["metadata"]
 
 
 def test_the_real_chart_grants_dra_reads_and_mounts_the_pod_resources_socket():
@@ -212,7 +338,7 @@ def test_the_real_chart_on_gke_mounts_the_driver_beside_its_counters():
 
 
 def test_its_namespace_lets_its_pods_mount_the_host_and_holds_their_priority():
-    out = _converged("existing", World())
+    out, _, _ = _converged("existing", World())
     manifest = out.resources[gpu_metrics.NAMESPACE_KEY].body["spec"]["forProvider"]["manifest"]
     assert manifest["metadata"] == {
         "name": "modelplane-gpu-metrics",
