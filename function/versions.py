@@ -6,6 +6,7 @@ chart's), and tests/test_charts.py renders every chart from ../shared/charts at 
 """
 
 from dataclasses import dataclass
+from datetime import date, timedelta
 
 
 @dataclass(frozen=True)
@@ -277,6 +278,137 @@ def unpinned() -> list[str]:
     return [f"chart {k}" for k, d in CHART_DIGESTS.items() if d is None] + [
         f"image {k}" for k, d in IMAGE_DIGESTS.items() if d is None
     ]
+
+
+# Support windows: how long upstream fixes each pin of CHARTS and IMAGES, keyed as unpinned()
+# names them ("chart <key>", "image <key>"). tests/unit/test_support_windows.py fails BUMP_NOTICE
+# before a pin's end of life, when its version is not the one an entry was read for (a bump reads
+# the window again), and when a pin has no entry. docs/stack.md, "Support windows", lists them.
+BUMP_NOTICE = timedelta(days=60)
+# The longest an Overdue may run from the day it was written.
+OVERDUE_AT_MOST = timedelta(days=120)
+
+
+@dataclass(frozen=True)
+class Overdue:
+    """A pin kept although it is past, or within BUMP_NOTICE of, its end of life: why, written
+    when, and the date from which the test counts instead of the end of life (it fails
+    BUMP_NOTICE before it), at most OVERDUE_AT_MOST after `on`."""
+
+    reason: str
+    on: date
+    until: date
+
+
+@dataclass(frozen=True)
+class Support:
+    """A pin's version as read, the end-of-life date its project publishes for it (None: none
+    published), where it is published (or where we looked), and an Overdue when it is kept past."""
+
+    version: str
+    eol: date | None
+    source: str
+    overdue: Overdue | None = None
+
+
+_NO_BUMP_MATERIAL = "the bump needs the new chart in ../shared/charts, which does not hold it yet"
+
+SUPPORT: dict[str, Support] = {
+    # "All cert-manager releases are supported at least until the release of a second subsequent
+    # version": 1.20 (2026-03-10) until 1.22's release, planned "~Nov 2026" (cert-manager.io/docs/
+    # releases, "Currently supported releases" and "Upcoming releases"; not a firm date), and not
+    # out by 2026-12-05 (docs/development.md): the end of November is taken.
+    "chart cert-manager": Support(
+        "v1.20.2",
+        date(2026, 11, 30),
+        "cert-manager.io/docs/releases (End of Life: release of 1.22, planned ~Nov 2026)",
+        Overdue(
+            "1.22 is due any day and v1.20.3 fixes GHSA-8rvj-mm4h-c258; bump to v1.20.4 now and "
+            f"to 1.21 before 1.22 ships: {_NO_BUMP_MATERIAL}",
+            on=date(2026, 12, 7),
+            until=date(2027, 4, 1),
+        ),
+    ),
+    # None: cert-manager.io/docs/releases covers cert-manager alone, and trust-manager's
+    # RELEASE.md says its schedule is ad hoc before 1.0, with no support window.
+    "chart trust-manager": Support(
+        "v0.24.0", None, "none published (trust-manager RELEASE.md: ad hoc)"
+    ),
+    # The Compatibility Matrix's End of Life column (envoyproxy/gateway site/content/en/news/
+    # releases/matrix.md, read at main 2026-08-21): v1.8 2026/11/08 (Kubernetes 1.32 to 1.35);
+    # v1.9 2027/02/14 (1.33 to 1.36).
+    "chart envoy-gateway": Support(
+        "v1.8.3",
+        date(2026, 11, 8),
+        "gateway.envoyproxy.io/news/releases/matrix (v1.8: 2026/11/08)",
+        Overdue(
+            "past its end of life: no more CVE fixes for Envoy Gateway v1.8 or the Envoy it "
+            "ships, and 1.36 clusters are outside its matrix; bump to v1.9.x (its CRD files and "
+            f"sha256s in CHART_CRD_FILES move with it): {_NO_BUMP_MATERIAL}",
+            on=date(2026, 12, 7),
+            until=date(2027, 4, 1),
+        ),
+    ),
+    # envoyproxy/ai-gateway RELEASES.md: "The end of life for the version will be 2 releases after
+    # the release of the version" (v1.1 until v1.3 is released; v1.1.0 is the newest, 2026-12-05):
+    # no date.
+    "chart ai-gateway-crds": Support("v1.1.0", None, "envoyproxy/ai-gateway RELEASES.md (no date)"),
+    "chart ai-gateway": Support("v1.1.0", None, "envoyproxy/ai-gateway RELEASES.md (no date)"),
+    # kubernetes-sigs.github.io/node-feature-discovery reference/versions: the two newest minors
+    # are supported, X-1 until X+1 is released (0.18 until 0.20; v0.19.0 is out): no date.
+    "chart node-feature-discovery": Support(
+        "0.18.3", None, "NFD docs, reference/versions (two newest minors; no date)"
+    ),
+    # None: kubernetes-sigs/dra-driver-nvidia-gpu's docs (install, upgrade, feature lifecycle)
+    # state no support window for a release.
+    "chart nvidia-dra-driver": Support("0.4.1", None, "none published (its docs)"),
+    # None: kubernetes-sigs/lws states no support window (README, site docs, install guide).
+    "chart leader-worker-set": Support("v0.8.0", None, "none published (repository, site docs)"),
+    # None: a pre-release; ai-dynamo/grove's README and docs state no support window.
+    "chart grove": Support("v0.1.0-alpha.11", None, "none published (pre-release)"),
+    # kai-scheduler/KAI-Scheduler SUPPORT.md: even minors are LTS, "supported publicly for 1 Year
+    # from their release date"; v0.16 LTS, released Jun 2026, End of Support Jun 2027 (a month
+    # only: its first day is taken).
+    "chart kai-scheduler": Support(
+        "v0.16.8", date(2027, 6, 1), "KAI-Scheduler SUPPORT.md (v0.16 LTS: Jun 2027)"
+    ),
+    # None: NVIDIA/dcgm-exporter RELEASE.md: "We do not maintain multiple version branches"; no
+    # end of support is published for a release (chart or image).
+    "chart dcgm-exporter": Support(
+        "4.8.3", None, "none published (NVIDIA/dcgm-exporter RELEASE.md)"
+    ),
+    # None: ai-dynamo/modelexpress (README, docs/COMPATIBILITY.md) states no support window.
+    "image modelexpress-server": Support("0.5.0", None, "none published (ai-dynamo/modelexpress)"),
+    # Ubuntu 24.04 LTS: End of Standard Support Apr 2029 (ubuntu.com/about/release-cycle; a month
+    # only: its first day is taken). MCR mirrors Docker's official image of it.
+    "image nvidia-peermem-reloader": Support(
+        "24.04", date(2029, 4, 1), "ubuntu.com/about/release-cycle (24.04 LTS: Apr 2029)"
+    ),
+    "image gpu-probe": Support(
+        "24.04", date(2029, 4, 1), "ubuntu.com/about/release-cycle (24.04 LTS: Apr 2029)"
+    ),
+    # kubectl follows its Kubernetes minor: kubernetes.io/releases, 1.36 End Of Life 2027-06-28
+    # (calendars.UPSTREAM_EOL, which a test holds this to).
+    "image gpu-health-reporter": Support(
+        "v1.36.5", date(2027, 6, 28), "kubernetes.io/releases (1.36: 2027-06-28)"
+    ),
+    "image kubectl": Support(
+        "v1.36.5", date(2027, 6, 28), "kubernetes.io/releases (1.36: 2027-06-28)"
+    ),
+    "image dcgm-exporter": Support(
+        "4.6.0-4.8.3-distroless", None, "none published (NVIDIA/dcgm-exporter RELEASE.md)"
+    ),
+    # None: oras-project/oras states no support window (README: release and rolling tags only).
+    "image oras": Support("v1.2.3", None, "none published (oras-project/oras README)"),
+}
+
+
+def pinned_version(pin: str) -> str:
+    """The version a SUPPORT key pins now: the chart's version, or the image's tag."""
+    kind, key = pin.split(" ", 1)
+    if kind == "chart":
+        return CHARTS[key].version
+    return IMAGES[key].rsplit(":", 1)[1]
 
 
 @dataclass(frozen=True)
