@@ -6,6 +6,7 @@ chart's), and tests/test_charts.py renders every chart from ../shared/charts at 
 """
 
 from dataclasses import dataclass
+from datetime import date, timedelta
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,25 @@ CHART_DIGESTS: dict[str, str | None] = {
     "nvidia-dra-driver": None,
 }
 
+# Upstream kubectl's image, for the CRD Job and the GPU health reporter. kubectl is supported
+# within one minor of the API server (kubernetes.io/releases/version-skew-policy): 1.36 talks to
+# 1.35, 1.36 and 1.37, every minor a cloud's calendar (function/clusters/calendars.py) still
+# supports on 2026-12-07, while 1.37 would leave 1.35 clusters (EKS and GKE until 2027-03/04)
+# outside; tests/unit/test_support_windows.py holds it within one minor of the newest minor any
+# calendar admits. v1.36.5: the newest 1.36 patch found published (registry.k8s.io/kubectl is
+# pushed with every release since v1.28: kubernetes/kubernetes#116667, and each CHANGELOG's
+# "Container Images" table, e.g. CHANGELOG-1.36.md lists registry.k8s.io/kubectl:v1.36.0). The
+# stored CHANGELOG-1.36.md copies reach v1.36.0; v1.36.5 is pinned by digest in public charts
+# (October 2026) and no later 1.36 patch was found.
+# Not verified here (registry.k8s.io not reachable): what the image holds. The scripts need bash,
+# jq, tar, gzip and coreutils; build/server-image/kubectl/Dockerfile once installed them on
+# debian-base (kubernetes#119592, v1.28), but at v1.36 it is `FROM ${BASEIMAGE}` with
+# build/common.sh's KUBECTL_BASE_IMAGE, the distroless static default (no shell), and users report
+# the image without bash since at least v1.32 (kyverno#13899, wireapp/wire-server#4801). If so,
+# the Job's `apply` container and the reporter cannot start on a real cluster, at v1.34.1 as at
+# v1.36.5 (the e2e runs their scripts with the host's tools): see docs/stack.md, "Support windows".
+KUBECTL = "registry.k8s.io/kubectl:v1.36.5"
+
 # Images the function runs itself (not through a chart), and a chart's image it pins.
 IMAGES: dict[str, str] = {
     "modelexpress-server": "nvcr.io/nvidia/ai-dynamo/modelexpress-server:0.5.0",
@@ -228,16 +248,17 @@ IMAGES: dict[str, str] = {
     # Every GPU pool's probe (function/serving/gpus.py): nvidia-smi comes from the driver through
     # the DRA claim (CDI), so any image with bash will do; MCR's mirror has no pull rate limit.
     "gpu-probe": "mcr.microsoft.com/mirror/docker/library/ubuntu:24.04",
-    # The GPU health reporter (function/serving/gpu_health.py): upstream kubectl, with bash and jq
-    # (kubernetes build/server-image/kubectl/Dockerfile, debian-base).
-    "gpu-health-reporter": "registry.k8s.io/kubectl:v1.34.1",
+    # The GPU health reporter (function/serving/gpu_health.py): upstream kubectl (KUBECTL above;
+    # its script needs bash and jq: see the note there).
+    "gpu-health-reporter": KUBECTL,
     # The DCGM exporter (CHARTS["dcgm-exporter"]): the chart's own image, pinned here by tag (the
     # chart takes image.digest too; the digest was not read: nvcr.io was not reachable).
     "dcgm-exporter": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
     # The CRD Job (function/serving/crd_job.py): oras fetches the chart (alpine-based; runs as
-    # any user), kubectl (with bash, jq, coreutils and tar: the image above) applies its CRDs.
+    # any user), kubectl (KUBECTL above; APPLY_SCRIPT needs bash, jq, tar, gzip and coreutils)
+    # applies its CRDs.
     "oras": "ghcr.io/oras-project/oras:v1.2.3",
-    "kubectl": "registry.k8s.io/kubectl:v1.34.1",
+    "kubectl": KUBECTL,
 }
 
 # Each image's digest, appended to IMAGES' reference when pinned; None: not verifiable from where
@@ -257,6 +278,137 @@ def unpinned() -> list[str]:
     return [f"chart {k}" for k, d in CHART_DIGESTS.items() if d is None] + [
         f"image {k}" for k, d in IMAGE_DIGESTS.items() if d is None
     ]
+
+
+# Support windows: how long upstream fixes each pin of CHARTS and IMAGES, keyed as unpinned()
+# names them ("chart <key>", "image <key>"). tests/unit/test_support_windows.py fails BUMP_NOTICE
+# before a pin's end of life, when its version is not the one an entry was read for (a bump reads
+# the window again), and when a pin has no entry. docs/stack.md, "Support windows", lists them.
+BUMP_NOTICE = timedelta(days=60)
+# The longest an Overdue may run from the day it was written.
+OVERDUE_AT_MOST = timedelta(days=120)
+
+
+@dataclass(frozen=True)
+class Overdue:
+    """A pin kept although it is past, or within BUMP_NOTICE of, its end of life: why, written
+    when, and the date from which the test counts instead of the end of life (it fails
+    BUMP_NOTICE before it), at most OVERDUE_AT_MOST after `on`."""
+
+    reason: str
+    on: date
+    until: date
+
+
+@dataclass(frozen=True)
+class Support:
+    """A pin's version as read, the end-of-life date its project publishes for it (None: none
+    published), where it is published (or where we looked), and an Overdue when it is kept past."""
+
+    version: str
+    eol: date | None
+    source: str
+    overdue: Overdue | None = None
+
+
+_NO_BUMP_MATERIAL = "the bump needs the new chart in ../shared/charts, which does not hold it yet"
+
+SUPPORT: dict[str, Support] = {
+    # "All cert-manager releases are supported at least until the release of a second subsequent
+    # version": 1.20 (2026-03-10) until 1.22's release, planned "~Nov 2026" (cert-manager.io/docs/
+    # releases, "Currently supported releases" and "Upcoming releases"; not a firm date), and not
+    # out by 2026-12-05 (docs/development.md): the end of November is taken.
+    "chart cert-manager": Support(
+        "v1.20.2",
+        date(2026, 11, 30),
+        "cert-manager.io/docs/releases (End of Life: release of 1.22, planned ~Nov 2026)",
+        Overdue(
+            "1.22 is due any day and v1.20.3 fixes GHSA-8rvj-mm4h-c258; bump to v1.20.4 now and "
+            f"to 1.21 before 1.22 ships: {_NO_BUMP_MATERIAL}",
+            on=date(2026, 12, 7),
+            until=date(2027, 4, 1),
+        ),
+    ),
+    # None: cert-manager.io/docs/releases covers cert-manager alone, and trust-manager's
+    # RELEASE.md says its schedule is ad hoc before 1.0, with no support window.
+    "chart trust-manager": Support(
+        "v0.24.0", None, "none published (trust-manager RELEASE.md: ad hoc)"
+    ),
+    # The Compatibility Matrix's End of Life column (envoyproxy/gateway site/content/en/news/
+    # releases/matrix.md, read at main 2026-08-21): v1.8 2026/11/08 (Kubernetes 1.32 to 1.35);
+    # v1.9 2027/02/14 (1.33 to 1.36).
+    "chart envoy-gateway": Support(
+        "v1.8.3",
+        date(2026, 11, 8),
+        "gateway.envoyproxy.io/news/releases/matrix (v1.8: 2026/11/08)",
+        Overdue(
+            "past its end of life: no more CVE fixes for Envoy Gateway v1.8 or the Envoy it "
+            "ships, and 1.36 clusters are outside its matrix; bump to v1.9.x (its CRD files and "
+            f"sha256s in CHART_CRD_FILES move with it): {_NO_BUMP_MATERIAL}",
+            on=date(2026, 12, 7),
+            until=date(2027, 4, 1),
+        ),
+    ),
+    # envoyproxy/ai-gateway RELEASES.md: "The end of life for the version will be 2 releases after
+    # the release of the version" (v1.1 until v1.3 is released; v1.1.0 is the newest, 2026-12-05):
+    # no date.
+    "chart ai-gateway-crds": Support("v1.1.0", None, "envoyproxy/ai-gateway RELEASES.md (no date)"),
+    "chart ai-gateway": Support("v1.1.0", None, "envoyproxy/ai-gateway RELEASES.md (no date)"),
+    # kubernetes-sigs.github.io/node-feature-discovery reference/versions: the two newest minors
+    # are supported, X-1 until X+1 is released (0.18 until 0.20; v0.19.0 is out): no date.
+    "chart node-feature-discovery": Support(
+        "0.18.3", None, "NFD docs, reference/versions (two newest minors; no date)"
+    ),
+    # None: kubernetes-sigs/dra-driver-nvidia-gpu's docs (install, upgrade, feature lifecycle)
+    # state no support window for a release.
+    "chart nvidia-dra-driver": Support("0.4.1", None, "none published (its docs)"),
+    # None: kubernetes-sigs/lws states no support window (README, site docs, install guide).
+    "chart leader-worker-set": Support("v0.8.0", None, "none published (repository, site docs)"),
+    # None: a pre-release; ai-dynamo/grove's README and docs state no support window.
+    "chart grove": Support("v0.1.0-alpha.11", None, "none published (pre-release)"),
+    # kai-scheduler/KAI-Scheduler SUPPORT.md: even minors are LTS, "supported publicly for 1 Year
+    # from their release date"; v0.16 LTS, released Jun 2026, End of Support Jun 2027 (a month
+    # only: its first day is taken).
+    "chart kai-scheduler": Support(
+        "v0.16.8", date(2027, 6, 1), "KAI-Scheduler SUPPORT.md (v0.16 LTS: Jun 2027)"
+    ),
+    # None: NVIDIA/dcgm-exporter RELEASE.md: "We do not maintain multiple version branches"; no
+    # end of support is published for a release (chart or image).
+    "chart dcgm-exporter": Support(
+        "4.8.3", None, "none published (NVIDIA/dcgm-exporter RELEASE.md)"
+    ),
+    # None: ai-dynamo/modelexpress (README, docs/COMPATIBILITY.md) states no support window.
+    "image modelexpress-server": Support("0.5.0", None, "none published (ai-dynamo/modelexpress)"),
+    # Ubuntu 24.04 LTS: End of Standard Support Apr 2029 (ubuntu.com/about/release-cycle; a month
+    # only: its first day is taken). MCR mirrors Docker's official image of it.
+    "image nvidia-peermem-reloader": Support(
+        "24.04", date(2029, 4, 1), "ubuntu.com/about/release-cycle (24.04 LTS: Apr 2029)"
+    ),
+    "image gpu-probe": Support(
+        "24.04", date(2029, 4, 1), "ubuntu.com/about/release-cycle (24.04 LTS: Apr 2029)"
+    ),
+    # kubectl follows its Kubernetes minor: kubernetes.io/releases, 1.36 End Of Life 2027-06-28
+    # (calendars.UPSTREAM_EOL, which a test holds this to).
+    "image gpu-health-reporter": Support(
+        "v1.36.5", date(2027, 6, 28), "kubernetes.io/releases (1.36: 2027-06-28)"
+    ),
+    "image kubectl": Support(
+        "v1.36.5", date(2027, 6, 28), "kubernetes.io/releases (1.36: 2027-06-28)"
+    ),
+    "image dcgm-exporter": Support(
+        "4.6.0-4.8.3-distroless", None, "none published (NVIDIA/dcgm-exporter RELEASE.md)"
+    ),
+    # None: oras-project/oras states no support window (README: release and rolling tags only).
+    "image oras": Support("v1.2.3", None, "none published (oras-project/oras README)"),
+}
+
+
+def pinned_version(pin: str) -> str:
+    """The version a SUPPORT key pins now: the chart's version, or the image's tag."""
+    kind, key = pin.split(" ", 1)
+    if kind == "chart":
+        return CHARTS[key].version
+    return IMAGES[key].rsplit(":", 1)[1]
 
 
 @dataclass(frozen=True)
