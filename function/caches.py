@@ -567,6 +567,21 @@ def name(cluster: str, key: tuple, make: Callable[..., str]) -> str:
     return NAMES.item(cluster, key, lambda: make(*key))
 
 
+# The names of charts' CRD Jobs by what each applies (crd_job.ChartCRDs: frozen, its chart
+# pinned, so a process meets a handful, one per chart and selection of files). A name carries a
+# hash of the whole Job spec, built and dumped as JSON: 30 µs that every composition of every
+# cluster spent twice a chart. Equal specs, equal names (crd_job.name is a pure function of it).
+_CRD_JOB_NAMES: dict[Any, str] = {}
+
+
+def crd_job_name(spec: Any, make: Callable[[Any], str]) -> str:
+    """make(spec), kept by spec for the process."""
+    made = _CRD_JOB_NAMES.get(spec)
+    if made is None:
+        made = _CRD_JOB_NAMES[spec] = make(spec)
+    return made
+
+
 def forget() -> None:
     """Empty every cache: each answer is then made from nothing, as for a cluster not seen for
     longer than the caches remember (`make bench` measures it; nothing else needs it, since a

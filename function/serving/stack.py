@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from function import kube, names, wire
-from function.caches import BODIES
+from function.caches import BODIES, crd_job_name
 from function.clusters.base import (
     PROVIDER_CONFIG_KEYS,
     as_desired,
@@ -578,11 +578,12 @@ def _job_holds(
     spec = crd_job_spec(component.key, ctx)
     job = observed.get(component.crd_job)
     manifest = job.at_provider("manifest") if job is not None else None
-    state = crd_job.state(manifest, crd_job.name(spec))
+    expected = crd_job_name(spec, crd_job.name)
+    state = crd_job.state(manifest, expected)
     if state == crd_job.COMPLETE:
         return None, []
     chart = CHARTS[component.key]
-    job_name = f"{names.SYSTEM_NAMESPACE}/{crd_job.name(spec)}"
+    job_name = f"{names.SYSTEM_NAMESPACE}/{expected}"
     what = f"the CRDs of {chart.name} {chart.version} (Job {job_name}"
     why = f"{what}: {state})" if state != crd_job.RUNNING else f"{what}, applying them)"
     installed = (seen.get("spec", "forProvider", "chart", "version"), seen.at_provider("version"))
