@@ -587,3 +587,4 @@ def forget() -> None:
     longer than the caches remember (`make bench` measures it; nothing else needs it, since a
     cache can only be right)."""
     STORE.clear()
+    _CRD_JOB_NAMES.clear()
