@@ -221,24 +221,14 @@ CHART_DIGESTS: dict[str, str | None] = {
     "nvidia-dra-driver": None,
 }
 
-# Upstream kubectl's image, for the CRD Job and the GPU health reporter. kubectl is supported
-# within one minor of the API server (kubernetes.io/releases/version-skew-policy): 1.36 talks to
-# 1.35, 1.36 and 1.37, every minor a cloud's calendar (function/clusters/calendars.py) still
-# supports on 2026-12-07, while 1.37 would leave 1.35 clusters (EKS and GKE until 2027-03/04)
-# outside; tests/unit/test_support_windows.py holds it within one minor of the newest minor any
-# calendar admits. v1.36.5: the newest 1.36 patch found published (registry.k8s.io/kubectl is
-# pushed with every release since v1.28: kubernetes/kubernetes#116667, and each CHANGELOG's
-# "Container Images" table, e.g. CHANGELOG-1.36.md lists registry.k8s.io/kubectl:v1.36.0). The
-# stored CHANGELOG-1.36.md copies reach v1.36.0; v1.36.5 is pinned by digest in public charts
-# (October 2026) and no later 1.36 patch was found.
-# Not verified here (registry.k8s.io not reachable): what the image holds. The scripts need bash,
-# jq, tar, gzip and coreutils; build/server-image/kubectl/Dockerfile once installed them on
-# debian-base (kubernetes#119592, v1.28), but at v1.36 it is `FROM ${BASEIMAGE}` with
-# build/common.sh's KUBECTL_BASE_IMAGE, the distroless static default (no shell), and users report
-# the image without bash since at least v1.32 (kyverno#13899, wireapp/wire-server#4801). If so,
-# the Job's `apply` container and the reporter cannot start on a real cluster, at v1.34.1 as at
-# v1.36.5 (the e2e runs their scripts with the host's tools): see docs/stack.md, "Support windows".
-KUBECTL = "registry.k8s.io/kubectl:v1.36.5"
+# Upstream distroless Python, for the programs the function runs on a workload cluster
+# (function/serving/programs: the CRD Job's apply step, the GPU health reporter), standard library
+# only. Not registry.k8s.io/kubectl: it is built on distroless static (kubernetes build/common.sh,
+# KUBECTL_BASE_IMAGE defaults to KUBE_GORUNNER_IMAGE gcr.io/distroless/static-debian13), so it has
+# no shell and no jq to script with (kyverno#13899; openstudio-server-helm#97 on v1.34.9).
+# GoogleContainerTools/distroless python3: Python 3.13 on Debian 13, `/usr/bin/python3`, no shell
+# (python3/testdata/python3.yaml), `nonroot` (uid 65532; the pods run as 65534 anyway).
+PYTHON = "gcr.io/distroless/python3-debian13:nonroot"
 
 # Images the function runs itself (not through a chart), and a chart's image it pins.
 IMAGES: dict[str, str] = {
@@ -248,23 +238,21 @@ IMAGES: dict[str, str] = {
     # Every GPU pool's probe (function/serving/gpus.py): nvidia-smi comes from the driver through
     # the DRA claim (CDI), so any image with bash will do; MCR's mirror has no pull rate limit.
     "gpu-probe": "mcr.microsoft.com/mirror/docker/library/ubuntu:24.04",
-    # The GPU health reporter (function/serving/gpu_health.py): upstream kubectl (KUBECTL above;
-    # its script needs bash and jq: see the note there).
-    "gpu-health-reporter": KUBECTL,
+    # The GPU health reporter (function/serving/gpu_health.py): PYTHON above.
+    "gpu-health-reporter": PYTHON,
     # The DCGM exporter (CHARTS["dcgm-exporter"]): the chart's own image, pinned here by tag (the
     # chart takes image.digest too; the digest was not read: nvcr.io was not reachable).
     "dcgm-exporter": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
-    # The CRD Job (function/serving/crd_job.py): oras fetches the chart (alpine-based; runs as
-    # any user), kubectl (KUBECTL above; APPLY_SCRIPT needs bash, jq, tar, gzip and coreutils)
-    # applies its CRDs.
+    # The CRD Job (function/serving/crd_job.py): oras fetches the chart (alpine-based: oras
+    # Dockerfile at v1.2.3, alpine 3.21.3; runs as any user), Python (PYTHON above) applies it.
     "oras": "ghcr.io/oras-project/oras:v1.2.3",
-    "kubectl": KUBECTL,
+    "python": PYTHON,
 }
 
 # Each image's digest, appended to IMAGES' reference when pinned; None: not verifiable from where
 # this was written, to be filled (`crane digest <image>`) before a release: `make release-pins`
 # fails while any is None.
-IMAGE_DIGESTS: dict[str, str | None] = {"oras": None, "kubectl": None}
+IMAGE_DIGESTS: dict[str, str | None] = {"oras": None, "python": None}
 
 
 def image(key: str) -> str:
@@ -387,13 +375,14 @@ SUPPORT: dict[str, Support] = {
     "image gpu-probe": Support(
         "24.04", date(2029, 4, 1), "ubuntu.com/about/release-cycle (24.04 LTS: Apr 2029)"
     ),
-    # kubectl follows its Kubernetes minor: kubernetes.io/releases, 1.36 End Of Life 2027-06-28
-    # (calendars.UPSTREAM_EOL, which a test holds this to).
+    # Debian 13 (trixie), released 2025-08-09: security support for about three years
+    # (wiki.debian.org/DebianReleases), then LTS; Python 3.13's end of life is 2029-10
+    # (devguide.python.org/versions). The earlier taken, a month only: its first day.
     "image gpu-health-reporter": Support(
-        "v1.36.5", date(2027, 6, 28), "kubernetes.io/releases (1.36: 2027-06-28)"
+        "nonroot", date(2028, 8, 1), "wiki.debian.org/DebianReleases (13: about 2028-08)"
     ),
-    "image kubectl": Support(
-        "v1.36.5", date(2027, 6, 28), "kubernetes.io/releases (1.36: 2027-06-28)"
+    "image python": Support(
+        "nonroot", date(2028, 8, 1), "wiki.debian.org/DebianReleases (13: about 2028-08)"
     ),
     "image dcgm-exporter": Support(
         "4.6.0-4.8.3-distroless", None, "none published (NVIDIA/dcgm-exporter RELEASE.md)"

@@ -15,17 +15,16 @@ Contract (kept stable; the e2e proof runs the same commands as processes):
 - the Job's pod: an init container `fetch` (upstream oras, IMAGES["oras"]) runs
   `fetch_args(spec)`: `oras cp --to-oci-layout <ref> $WORK/chart:<version>`, the chart's OCI
   artifact by manifest digest when one is pinned (else by tag), every blob checked against its
-  digest by oras; then the container `apply` (upstream kubectl, IMAGES["kubectl"]) runs
-  `bash -c APPLY_SCRIPT` with `apply_env(spec)`: it unpacks the chart layer, checks each selected
-  file against its pinned sha256 (the bytes of the published chart's crds/, which the tests read
-  in ../shared/charts), takes over from Helm's field manager the CRDs Helm wrote, applies the
-  files with `kubectl apply --server-side --force-conflicts --field-manager=MANAGER`, and waits
-  until each CRD is Established;
-- both share `$WORK` (an emptyDir; HOME too, for kubectl's discovery cache and oras's config).
+  digest by oras; then the container `apply` (upstream distroless Python, IMAGES["python"]) runs
+  `python3 -c APPLY_PROGRAM` (function/serving/programs/apply_crds.py) with `apply_env(spec)`: it
+  reads the chart layer, checks each selected file against its pinned sha256 (the bytes of the
+  published chart's crds/, which the tests read in ../shared/charts), takes over from Helm's
+  field manager the CRDs Helm wrote, applies the files by server-side apply as MANAGER, forcing
+  conflicts, and waits until each CRD is Established;
+- both share `$WORK` (an emptyDir; oras's HOME too, for its config).
 
-RBAC by CRD name: get, list and watch (kubectl wait lists and watches with a metadata.name field
-selector, which resourceNames admits), patch, and create, since a server-side apply that creates
-the object is authorised as `create` *with the object's name* (kube-apiserver
+RBAC by CRD name: get and patch, and create, since a server-side apply that creates the object
+is authorised as `create` *with the object's name* (kube-apiserver
 staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go, createAuthorizerAttributes), so
 resourceNames bounds it too. Nothing may delete a CRD.
 """
@@ -35,6 +34,7 @@ import json
 from dataclasses import dataclass
 
 from function import names
+from function.serving import programs
 from function.versions import CHART_CRD_FILES, CHART_DIGESTS, CHARTS, GATEWAY_API_CRDS_FILE, image
 
 # The field manager the Job applies as: over CRDs Helm installed, --force-conflicts takes the
@@ -45,7 +45,7 @@ MANAGER = "modelplane-crds"
 # (provider-helm v1.3.0 and v1.4.0 cluster/images/provider-helm/Dockerfile install it so and set
 # no ManagedFieldsManager) and `helm` (the CLI). A field one of them owns outlives its removal
 # from the chart (server-side apply removes a field only when no manager owns it), so the Job
-# takes their fields over once and drops their entries (APPLY_SCRIPT).
+# takes their fields over once and drops their entries (programs/apply_crds.py).
 HELM_MANAGERS = ("provider-helm", "helm")
 # Where a Helm chart's content is in its OCI manifest (helm.sh/docs/topics/registries: the chart
 # archive is the one layer of this media type).
@@ -55,7 +55,7 @@ WORK = "/work"
 # BACKOFF_LIMIT times (10 s, 20 s, ... 320 s apart: ten minutes for a registry's rate limit or
 # outage to pass), then Failed (holding the release, with the reason in BackendReady). A pod a
 # drain evicts counts for nothing (POD_FAILURE_POLICY).
-WAIT_TIMEOUT = "300s"
+WAIT_TIMEOUT = "300"  # seconds
 BACKOFF_LIMIT = 6
 POD_FAILURE_POLICY = {
     "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
@@ -145,60 +145,14 @@ def fetch_args(spec: ChartCRDs) -> list[str]:
     return [*args, spec.source, f"{WORK}/chart:{spec.version}"]
 
 
-# Runs in upstream kubectl's image: debian-base bookworm (kubernetes/release images/build/
-# debian-base keeps tar and gzip) with bash, jq and coreutils added (kubernetes
-# build/server-image/kubectl/Dockerfile).
-# Reads the layout oras wrote, unpacks the chart layer, checks the pinned files, takes over the
-# CRDs Helm installed, applies the files and waits for them. CHECKSUMS is sha256sum's format (one
-# "<sha256>  <path>" a line), CRDS the names. Every step fails the container (set -e), and the
-# Job, loudly.
-# Taking over (the first time the Job meets a CRD one of HELM_MANAGERS wrote; Kubernetes'
-# server-side apply docs, "Transferring ownership" and "Clearing managedFields"): the live CRD's
-# own content is applied as MANAGER (its fields are then MANAGER's too, with the values they
-# have: nothing changes), then Helm's entries are dropped from its managedFields by a JSON patch
-# that first tests the resourceVersion the apply returned (no write of another is lost), so the
-# apply of the new files that follows removes what the new chart no longer has. Entries of any
-# other manager (a controller injecting a conversion webhook's caBundle, another tool's label)
-# are kept, and so are their fields. Idempotent: a CRD with no Helm entry is left alone.
-APPLY_SCRIPT = """set -euo pipefail
-layout="$WORK/chart" unpacked="$WORK/unpacked"
-blob() { echo "$layout/blobs/${1/://}"; }
-manifest=$(jq -r '.manifests[0].digest' "$layout/index.json")
-layer=$(jq -r --arg t "$HELM_LAYER" '[.layers[] | select(.mediaType == $t)][0].digest' \\
-  "$(blob "$manifest")")
-mkdir -p "$unpacked"
-tar -xzf "$(blob "$layer")" -C "$unpacked"
-cd "$unpacked"
-sha256sum --check --strict <<<"$CHECKSUMS"
-mapfile -t files < <(cut -c67- <<<"$CHECKSUMS")
-read -ra crds <<<"$CRDS"
-helm='def helm: (.manager | IN($ENV.HELM_MANAGERS | splits(" "))) and (.subresource // "") == "";'
-live=$(kubectl get "${crds[@]/#/crd/}" --ignore-not-found --show-managed-fields -o json)
-helmed=$(jq -c "$helm"' if .kind == "List" then .items[] else . end
-  | select(any(.metadata.managedFields[]?; helm))' <<<"${live:-null}")
-while read -r crd; do
-  [[ -n $crd ]] || continue
-  name=$(jq -r .metadata.name <<<"$crd")
-  jq '{apiVersion, kind, spec, metadata: ({name: .metadata.name}
-    + (.metadata | {labels, annotations} | with_entries(select(.value != null))))}' <<<"$crd" \\
-    | kubectl apply --server-side --force-conflicts --field-manager="$MANAGER" -f -
-  taken=$(kubectl get "crd/$name" --show-managed-fields -o json)
-  patch=$(jq -c "$helm"' [
-    {op: "test", path: "/metadata/resourceVersion", value: .metadata.resourceVersion},
-    {op: "replace", path: "/metadata/managedFields",
-     value: [.metadata.managedFields[] | select(helm | not)]}]' <<<"$taken")
-  kubectl patch "crd/$name" --type=json -p "$patch"
-done <<<"$helmed"
-kubectl apply --server-side --force-conflicts --field-manager="$MANAGER" "${files[@]/#/-f}"
-kubectl wait --for condition=Established --timeout="$WAIT_TIMEOUT" "${crds[@]/#/crd/}"
-"""
+# The apply container's program (its docstring says what it does and why not kubectl).
+APPLY_PROGRAM = programs.source("apply_crds")
 
 
 def apply_env(spec: ChartCRDs) -> dict[str, str]:
-    """The apply container's environment (HOME and WORK are the shared emptyDir)."""
+    """The apply container's environment (WORK is the shared emptyDir)."""
     return {
         "WORK": WORK,
-        "HOME": WORK,
         "HELM_LAYER": HELM_LAYER,
         "MANAGER": MANAGER,
         "HELM_MANAGERS": " ".join(HELM_MANAGERS),
@@ -224,7 +178,7 @@ def job_resources(spec: ChartCRDs, namespace: str = names.SYSTEM_NAMESPACE) -> d
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
         "resourceNames": list(spec.crds),
-        "verbs": ["get", "list", "watch", "create", "patch"],
+        "verbs": ["get", "create", "patch"],
     }
     return {
         SERVICE_ACCOUNT: {
@@ -301,8 +255,8 @@ def _job_spec(spec: ChartCRDs) -> dict:
                 "containers": [
                     {
                         "name": "apply",
-                        "image": image("kubectl"),
-                        "command": ["bash", "-c", APPLY_SCRIPT],
+                        "image": image("python"),
+                        "command": ["/usr/bin/python3", "-c", APPLY_PROGRAM],
                         "env": [{"name": k, "value": v} for k, v in env.items()],
                         "resources": {
                             "requests": {"cpu": "50m", "memory": "64Mi"},

@@ -6,8 +6,8 @@ cloud's health agent adds (HEALTHY). Reading every GPU Node through provider-kub
 take one Object per node, each holding the whole Node (tens of KB, its images listed), rewritten
 at least every five minutes (kubelet's nodeStatusReportFrequency): hundreds of MB a fleet in the
 control plane, megabytes in every request (past gRPC's 4 MiB default with a few hundred nodes).
-So a reporter on the cluster (a Deployment: upstream kubectl with bash and jq,
-registry.k8s.io/kubectl, kubernetes build/server-image/kubectl/Dockerfile) lists the GPU nodes
+So a reporter on the cluster (a Deployment: a Python program of the standard library in upstream
+distroless Python, function/serving/programs/report_gpu_health.py) lists the GPU nodes
 (NFD's label, set on every NVIDIA GPU node of every source) every minute and writes one small
 ConfigMap when it changes, and every ten minutes regardless (stamped, so a reporter that stopped
 is told from a cluster that is well): per node its pool and the watched conditions that are not
@@ -17,7 +17,6 @@ ConfigMap, nothing else.
 """
 
 import json
-import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,6 +24,7 @@ from datetime import datetime, timedelta
 from function import clock, failures, names
 from function.inputs import ObservedResource
 from function.output import Condition, Result
+from function.serving import programs
 from function.versions import IMAGES
 from function.workload import GPU_NODE_LABEL
 
@@ -48,7 +48,6 @@ SETTLE = timedelta(minutes=5)
 # A node that turns unhealthy is warned about this long (Crossplane's recorder passes 25 events an
 # XR, then one every five minutes: client-go tools/record; the condition names it for good).
 WARN_FOR = timedelta(minutes=10)
-SCRATCH = "/report"  # an emptyDir: the root file system is read-only
 MESSAGE_LIMIT = 200  # characters of a condition's message the reporter keeps
 # Past this many unhealthy nodes (a fleet-wide incident), messages are cut to SHORT_MESSAGE so the
 # report stays within a ConfigMap's 1 MiB (1100 nodes of four 200-character faults pass it).
@@ -91,41 +90,9 @@ HEALTHY: dict[str, str] = {
     "NebiusContainerRuntimeError": "False",
 }
 
-# Each GPU node, by name: its pool and the watched conditions that are not healthy, with when they
-# became so. Sorted, so the same nodes in the same state are the same bytes.
-REPORT_PROGRAM = (
-    "[.items[] | {name: .metadata.name,"
-    f' pool: (.metadata.labels["{names.POOL_LABEL}"] // ""),'
-    " bad: [(.status.conditions // [])[] | select(($ok[.type] // .status) != .status)"
-    ' | {type, status, reason: (.reason // ""),'
-    f' message: ((.message // "") | .[0:{MESSAGE_LIMIT}]),'
-    ' since: (.lastTransitionTime // "")}] | sort_by(.type)}]'
-    " | sort_by(.name)"
-    f" | if (map(select(.bad != [])) | length) > {MANY}"
-    f" then map(.bad |= map(.message |= .[0:{SHORT_MESSAGE}])) else . end"
-)
-# The API server's bytes as they come (`get --raw`): kubectl decoding a list of 1000 Nodes for
-# `-o json` peaks near 380 MB, the raw list near 60 MB.
-NODES_PATH = "/api/v1/nodes?" + urllib.parse.urlencode({"labelSelector": f"{GPU_NODE_LABEL}=true"})
-REPORTER = f"""set -euo pipefail
-trap 'exit 0' TERM
-last='' wrote=0
-while true; do
-  if kubectl get --raw '{NODES_PATH}' --request-timeout=30s \\
-      | jq -c --argjson ok "$HEALTHY" '{REPORT_PROGRAM}' > "$HOME/nodes.json"; then
-    now=$(cat "$HOME/nodes.json")
-    at=$(date +%s)
-    if {{ [ "$now" != "$last" ] || [ $((at - wrote)) -ge {REFRESH_SECONDS} ]; }} \\
-        && kubectl -n {NAMESPACE} create configmap {NAME} \\
-          --from-file={DATA_KEY}="$HOME/nodes.json" --dry-run=client -o json \\
-        | jq -c --arg at "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \\
-          '.metadata.annotations["{OBSERVED_AT}"] = $at' \\
-        | kubectl apply --server-side --force-conflicts --field-manager={NAME} -f - > /dev/null
-    then last=$now; wrote=$at; fi
-  fi
-  sleep "$PERIOD" & wait $!
-done
-"""
+# The reporter's program (its docstring says what it does; programs/ why Python, not kubectl).
+REPORTER = programs.source("report_gpu_health")
+NODE_SELECTOR = f"{GPU_NODE_LABEL}=true"
 
 
 def _meta(namespace: str | None = NAMESPACE) -> dict:
@@ -221,13 +188,8 @@ def deployment() -> dict:
                         {
                             "name": "reporter",
                             "image": IMAGES["gpu-health-reporter"],
-                            "command": ["bash", "-c", REPORTER],
-                            "env": [
-                                {"name": "HEALTHY", "value": healthy_json()},
-                                # The report, and kubectl's discovery cache, go under $HOME.
-                                {"name": "HOME", "value": SCRATCH},
-                                {"name": "PERIOD", "value": str(PERIOD_SECONDS)},
-                            ],
+                            "command": ["/usr/bin/python3", "-c", REPORTER],
+                            "env": [{"name": k, "value": v} for k, v in reporter_env().items()],
                             "resources": {
                                 "requests": {"cpu": "10m", "memory": "32Mi"},
                                 "limits": {"memory": "384Mi"},
@@ -237,13 +199,29 @@ def deployment() -> dict:
                                 "readOnlyRootFilesystem": True,
                                 "capabilities": {"drop": ["ALL"]},
                             },
-                            "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH}],
                         }
                     ],
-                    "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "16Mi"}}],
                 },
             },
         },
+    }
+
+
+def reporter_env() -> dict[str, str]:
+    """What the reporter's program reads (programs/report_gpu_health.py)."""
+    return {
+        "HEALTHY": healthy_json(),
+        "NODE_SELECTOR": NODE_SELECTOR,
+        "POOL_LABEL": names.POOL_LABEL,
+        "NAME": NAME,
+        "NAMESPACE": NAMESPACE,
+        "DATA_KEY": DATA_KEY,
+        "OBSERVED_AT": OBSERVED_AT,
+        "MESSAGE_LIMIT": str(MESSAGE_LIMIT),
+        "MANY": str(MANY),
+        "SHORT_MESSAGE": str(SHORT_MESSAGE),
+        "PERIOD": str(PERIOD_SECONDS),
+        "REFRESH": str(REFRESH_SECONDS),
     }
 
 

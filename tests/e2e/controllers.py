@@ -24,7 +24,7 @@ DaemonSet's pod Ready on the node), so an install that fails shows:
   Accepted ancestor status of a ClientTrafficPolicy;
 - NVIDIA's network operator (Available): a NicClusterPolicy's `state: ready`;
 - the GPU health reporter (its Deployment Available): the Deployment's own command and
-  environment, run here as a process with the real kubectl and jq, as the reporter's service
+  environment, run here as a process with this host's Python for the image's, as the reporter's service
   account (a token from the API server's TokenRequest, so its RBAC is what allows it), five
   seconds apart instead of a minute.
 """
@@ -34,6 +34,8 @@ from __future__ import annotations
 import base64
 import datetime
 import os
+import sys
+import urllib.parse
 from collections.abc import Callable
 
 import yaml
@@ -42,7 +44,7 @@ from function.serving import crd_job, gpu_health, gpu_metrics
 from function.versions import CHARTS
 from tests import nodes
 from tests.charts import chart_path
-from tests.e2e.controlplane import Process, bin_dir, kubeconfig_text
+from tests.e2e.controlplane import Process
 from tests.e2e.kube import ApiError, Kube, Ticker, condition
 from tests.e2e.workload import WorkloadCluster
 from tests.sim import workload as sim_workload
@@ -500,17 +502,22 @@ class StandIns:
         asked = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
         path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{gpu_health.NAME}/token"
         token = self.kube.request("POST", path, asked)["status"]["token"]
-        home = self.cluster.workdir / "gpu-health-reporter"
-        home.mkdir(exist_ok=True)
-        kubeconfig = home / "kubeconfig"
-        kubeconfig.write_text(kubeconfig_text(self.cluster.server, self.cluster.pki, token))
-        kubeconfig.chmod(0o600)
+        # What the kubelet projects (the account's token and the cluster's CA) and the
+        # environment it gives the pod for the API server; this host's Python for the image's.
+        account = self.cluster.workdir / "gpu-health-reporter" / "serviceaccount"
+        account.mkdir(parents=True, exist_ok=True)
+        (account / "token").write_text(token)
+        (account / "ca.crt").write_bytes(self.cluster.pki.ca_file.read_bytes())
+        address = urllib.parse.urlsplit(self.cluster.server)
         env = {e["name"]: e["value"] for e in container.get("env") or []}
         env |= {
-            "HOME": str(home),
             "PERIOD": "5",
-            "KUBECONFIG": str(kubeconfig),
-            "PATH": f"{bin_dir()}:{os.environ.get('PATH', '')}",
+            "KUBERNETES_SERVICE_HOST": address.hostname or "",
+            "KUBERNETES_SERVICE_PORT": str(address.port),
+            "SERVICE_ACCOUNT_DIR": str(account),
+            "PATH": os.environ.get("PATH", ""),
         }
-        self.reporter = self.cluster.spawn("gpu-health-reporter", container["command"], env)
+        command = [sys.executable, *container["command"][1:]]
+        assert container["command"][0] == "/usr/bin/python3", container["command"][:2]
+        self.reporter = self.cluster.spawn("gpu-health-reporter", command, env)
         self.done.add("gpu-health/reporter")

@@ -84,9 +84,11 @@ NEBIUS_KEY_ID = "publickey-e00e2e0000000000000"
 # Mounts the namespace's own /etc/hosts and /tmp, then becomes the command.
 # The program is opened before /tmp is covered and run from that descriptor, so it runs wherever
 # it lives, a checkout under /tmp included.
+# The binary keeps its own name as argv[0] (`exec -a`, bash), as in its image: what a process
+# calls itself shows, e.g. as the field manager Helm names after it inside provider-helm.
 NAMESPACE_SCRIPT = (
     'exec 9<"$3" && mount --bind "$1" /etc/hosts && mount --bind "$2" /tmp'
-    ' && shift 3 && exec /proc/self/fd/9 "$@"'
+    ' && name=$(basename "$3") && shift 3 && exec -a "$name" /proc/self/fd/9 "$@"'
 )
 # The provider's /tmp inside its namespace: a private folder of the workdir, bind-mounted there.
 INSIDE_TMP = "/tmp"  # noqa: S108
@@ -123,10 +125,10 @@ def self_contained_kubeconfig(path: Path) -> str:
 
 def in_namespace(argv: list[str], hosts: Path, tmp: Path) -> list[str]:
     """argv run in a mount namespace of its own with `hosts` as /etc/hosts and `tmp` as /tmp
-    (as the same PID: unshare without --fork execs its command, and so does sh)."""
+    (as the same PID: unshare without --fork execs its command, and so does bash)."""
     unshare = shutil.which("unshare") or "unshare"
-    prefix = [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c"]
-    return [*prefix, NAMESPACE_SCRIPT, "sh", str(hosts), str(tmp), *argv]
+    prefix = [unshare, "--mount", "--propagation", "private", "--", "/bin/bash", "-c"]
+    return [*prefix, NAMESPACE_SCRIPT, "bash", str(hosts), str(tmp), *argv]
 
 
 def private_tmp(folder: Path, ca: Path, *more_cas: Path) -> Path:

@@ -40,6 +40,8 @@ import json
 import os
 import re
 import subprocess
+import sys
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -288,7 +290,24 @@ def service_account_kubeconfig(setup: Setup, job: dict, folder: Path) -> Path:
     cluster = setup.cluster
     path.write_text(kubeconfig_text(cluster.server, cluster.pki, answer["status"]["token"]))
     path.chmod(0o600)
+    # What the kubelet projects for the pod's own clients (the programs): token and CA.
+    account = folder / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(answer["status"]["token"])
+    (account / "ca.crt").write_bytes(cluster.pki.ca_file.read_bytes())
     return path
+
+
+def in_cluster(kubeconfig: Path, server: str) -> dict[str, str]:
+    """The environment the kubelet gives a pod for the API server (KUBERNETES_SERVICE_HOST and
+    _PORT), and where the account's projected files are (SERVICE_ACCOUNT_DIR: the programs'
+    default is the kubelet's /var/run/secrets/kubernetes.io/serviceaccount)."""
+    address = urllib.parse.urlsplit(server)
+    return {
+        "KUBERNETES_SERVICE_HOST": address.hostname or "",
+        "KUBERNETES_SERVICE_PORT": str(address.port),
+        "SERVICE_ACCOUNT_DIR": str(kubeconfig.parent / "serviceaccount"),
+    }
 
 
 @dataclass(frozen=True)
@@ -299,8 +318,10 @@ class Ran:
 
 
 # The images' entrypoints, for a container that gives no command: oras's image runs `oras`
-# (oras-project/oras Dockerfile, ENTRYPOINT ["oras"]), kubectl's `kubectl`.
-ENTRYPOINTS = {"oras": "oras", "kubectl": "kubectl"}
+# (oras-project/oras Dockerfile, ENTRYPOINT ["oras"]); distroless Python's its python3, which a
+# command names by its path there (/usr/bin/python3): this host's interpreter stands for it.
+ENTRYPOINTS = {"oras": "oras", "python3-debian13": "python3"}
+PYTHON_IN_IMAGE = "/usr/bin/python3"
 
 
 def image_name(image: str) -> str:
@@ -314,7 +335,7 @@ def local(value: str, mounts: dict[str, Path]) -> str:
     return value
 
 
-def run_pod(job: dict, kubeconfig: Path, folder: Path) -> list[Ran]:
+def run_pod(job: dict, kubeconfig: Path, folder: Path, server: str) -> list[Ran]:
     """The Job's pod, run here: each init container to completion, then the containers, each
     with its command and args (or its image's entrypoint), its env, and its volume mounts as
     local folders; the first failure ends the pod (restartPolicy Never)."""
@@ -327,15 +348,16 @@ def run_pod(job: dict, kubeconfig: Path, folder: Path) -> list[Ran]:
         volumes[volume["name"]].mkdir(parents=True)
     ran = []
     for container in [*pod.get("initContainers", []), *pod["containers"]]:
-        # What its image puts on PATH: its own client (oras, or kubectl), no other's; the
-        # shell and coreutils are the host's.
+        # What its image puts on PATH: its own program (oras, or Python), no other's.
         path = folder / "bin" / container["name"]
         path.mkdir(parents=True)
         entrypoint = ENTRYPOINTS[image_name(container["image"])]
-        (path / entrypoint).symlink_to(tool(entrypoint))
+        found = sys.executable if entrypoint == "python3" else tool(entrypoint)
+        (path / entrypoint).symlink_to(found)
         mounts = {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", [])}
         argv = container.get("command") or [entrypoint]
         argv = [local(a, mounts) for a in [*argv, *container.get("args", [])]]
+        argv = [sys.executable if a == PYTHON_IN_IMAGE else a for a in argv]
         env = {e["name"]: local(e["value"], mounts) for e in container.get("env", [])}
         proc = subprocess.run(
             argv,
@@ -344,6 +366,7 @@ def run_pod(job: dict, kubeconfig: Path, folder: Path) -> list[Ran]:
                 "HOME": str(folder),
                 **env,
                 "KUBECONFIG": str(kubeconfig),
+                **in_cluster(kubeconfig, server),
             },
             cwd=folder,
             capture_output=True,
@@ -364,7 +387,7 @@ def run_job(setup: Setup, spec: crd_job.ChartCRDs, name: str) -> list[Ran]:
     folder = setup.workdir / name
     folder.mkdir()
     kubeconfig = service_account_kubeconfig(setup, resources[crd_job.JOB], folder)
-    return run_pod(resources[crd_job.JOB], kubeconfig, folder)
+    return run_pod(resources[crd_job.JOB], kubeconfig, folder, setup.cluster.server)
 
 
 def crd(setup: Setup, name: str) -> dict | None:
@@ -551,7 +574,8 @@ def test_a_wrong_digest_fails_the_job_and_applies_nothing(setup: Setup):
 
 def test_a_crd_the_pins_do_not_name_is_refused_and_fails_the_job(setup: Setup):
     """A chart file holding a CRD the function's pins do not name (so its ClusterRole does not
-    name it): the real API server refuses the write, the Job fails, and that CRD is untouched."""
+    name it either: the real API server would refuse the write, as the RBAC test shows): the
+    program refuses the files before any write, the Job fails, and no CRD is touched."""
     files = tuple(
         replace(f, crds=()) if f.path.endswith("gadgets.yaml") else f for f in chart_files(NEW)
     )
@@ -560,7 +584,7 @@ def test_a_crd_the_pins_do_not_name_is_refused_and_fails_the_job(setup: Setup):
     before = crd(setup, GADGETS)
     ran = run_job(setup, spec, "job-refused")
     assert [(r.container, r.returncode != 0) for r in ran] == [("fetch", False), ("apply", True)]
-    assert "forbidden" in ran[1].output.lower(), ran[1].output
+    assert "not the pinned" in ran[1].output and "serverside-applied" not in ran[1].output, ran
     after = crd(setup, GADGETS)
     assert (after or {}).get("metadata", {}).get("resourceVersion") == (before or {}).get(
         "metadata", {}
@@ -604,7 +628,10 @@ def play_kubelet(setup: Setup, job: dict, folder: Path, timeout: float = 150) ->
             if name in played or pod["status"].get("phase") in ("Succeeded", "Failed"):
                 continue
             played.add(name)
-            ran = {r.container: r for r in run_pod(job, kubeconfig, folder / name)}
+            ran = {
+                r.container: r
+                for r in run_pod(job, kubeconfig, folder / name, setup.cluster.server)
+            }
             failed = any(r.returncode for r in ran.values())
             statuses = [container_status(c, ran.get(c["name"])) for c in containers]
             inits = len(pod_spec.get("initContainers", []))

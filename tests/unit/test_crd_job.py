@@ -5,9 +5,6 @@ import copy
 import hashlib
 import io
 import json
-import os
-import stat
-import subprocess
 import tarfile
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from function.failures import DOES_NOT_EXIST
 from function.inputs import Observed, ObservedResource
 from function.serving import crd_job, gateway_api
 from function.serving.components import COMPONENTS, crd_job_key
+from function.serving.programs import apply_crds
 from function.serving.stack import gateway_api_crds_ours
 from function.versions import CHART_CRD_FILES, CHART_DIGESTS, CHARTS, IMAGE_DIGESTS, unpinned
 from tests.charts import charts_dir
@@ -86,7 +84,7 @@ def test_what_the_job_may_do_is_bounded_by_crd_name(key):
     assert rule["resourceNames"] == list(spec.crds)
     # A server-side apply that creates is authorised as create with the object's name
     # (kube-apiserver handlers/patch.go), so resourceNames bound it; never delete.
-    assert set(rule["verbs"]) == {"get", "list", "watch", "create", "patch"}
+    assert set(rule["verbs"]) == {"get", "create", "patch"}  # no list or watch: it reads by name
     binding = made[crd_job.BINDING]
     assert binding["roleRef"]["name"] == made[crd_job.CLUSTER_ROLE]["metadata"]["name"]
     assert binding["subjects"][0]["name"] == made[crd_job.SERVICE_ACCOUNT]["metadata"]["name"]
@@ -130,7 +128,7 @@ def test_any_change_of_the_pod_is_a_new_job(monkeypatch):
     """A Job's pod template is immutable: pinning an image's digest names another Job."""
     spec = crd_job.chart_crds("leader-worker-set")
     before = crd_job.name(spec)
-    monkeypatch.setitem(IMAGE_DIGESTS, "kubectl", "sha256:" + "b" * 64)
+    monkeypatch.setitem(IMAGE_DIGESTS, "python", "sha256:" + "b" * 64)
     assert crd_job.name(spec) != before
     job = crd_job.job_resources(spec)[crd_job.JOB]
     [apply] = job["spec"]["template"]["spec"]["containers"]
@@ -151,7 +149,7 @@ def test_what_is_not_pinned_by_digest_is_listed_for_the_release():
     assert "release-pins:" in makefile and "unpinned()" in makefile
 
 
-# --- the script, run with bash, jq, tar and coreutils against a layout as oras writes it ----------
+# --- the apply program's reading of the chart, run against a layout as oras writes it -----------
 
 
 def _layout(work: Path, key: str, tamper: str | None = None) -> None:
@@ -193,60 +191,44 @@ def _layout(work: Path, key: str, tamper: str | None = None) -> None:
     (work / "chart" / "index.json").write_text(json.dumps({"manifests": [{"digest": manifest}]}))
 
 
-def _run(tmp_path: Path, key: str, tamper: str | None = None):
+def _files(tmp_path: Path, key: str, tamper: str | None = None) -> tuple[list[str], str]:
+    """What the apply program reads of the chart's layout: the checked files, or why it stopped."""
     work = tmp_path / "work"
     _layout(work, key, tamper)
-    bin_ = tmp_path / "bin"
-    bin_.mkdir()
-    log = tmp_path / "kubectl.log"
-    kubectl = bin_ / "kubectl"
-    kubectl.write_text(f'#!/bin/bash\nprintf "%s\\n" "$*" >> {log}\n')
-    kubectl.chmod(kubectl.stat().st_mode | stat.S_IEXEC)
-    spec = crd_job.chart_crds(key)
-    env = {**crd_job.apply_env(spec), "WORK": str(work), "HOME": str(work)}
-    env["PATH"] = f"{bin_}:{os.environ['PATH']}"
-    done = subprocess.run(
-        ["bash", "-c", crd_job.APPLY_SCRIPT], env=env, capture_output=True, text=True, check=False
-    )
-    return spec, done, log.read_text().splitlines() if log.exists() else []
+    env = crd_job.apply_env(crd_job.chart_crds(key))
+    try:
+        return apply_crds.chart_files(str(work), env["HELM_LAYER"], env["CHECKSUMS"]), ""
+    except SystemExit as stopped:
+        return [], str(stopped.code)
 
 
 @pytest.mark.parametrize("key", JOB_CHARTS)
-def test_the_script_applies_the_checked_files_then_waits_for_them(tmp_path, key):
-    spec, done, calls = _run(tmp_path, key)
-    assert done.returncode == 0, done.stderr
-    get, apply, wait = calls  # the fake kubectl finds no CRD: none to take over from Helm
-    assert get.split() == [
-        "get",
-        *(f"crd/{c}" for c in spec.crds),
-        "--ignore-not-found",
-        "--show-managed-fields",
-        "-o",
-        "json",
-    ]
-    files = [f"-f{f.path}" for f in spec.files]
-    assert apply.split() == [
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        f"--field-manager={crd_job.MANAGER}",
-        *files,
-    ]
-    assert wait.split() == [
-        "wait",
-        "--for",
-        "condition=Established",
-        f"--timeout={crd_job.WAIT_TIMEOUT}",
-        *(f"crd/{c}" for c in spec.crds),
-    ]
+def test_the_program_reads_the_checked_files_and_each_pinned_crd_in_them(tmp_path, key):
+    """The published chart's files (../shared/charts), their documents named as pinned: the
+    program applies each by that name, and refuses files that hold another set."""
+    spec = crd_job.chart_crds(key)
+    files, stopped = _files(tmp_path, key)
+    assert not stopped and len(files) == len(spec.files)
+    names = sorted(name for text in files for name, _ in apply_crds.documents(text))
+    assert names == list(spec.crds)
 
 
 def test_a_file_that_is_not_the_pinned_one_is_never_applied(tmp_path):
     spec = crd_job.chart_crds("leader-worker-set")
-    spec, done, calls = _run(tmp_path, "leader-worker-set", tamper=spec.files[0].path)
-    assert done.returncode != 0
-    assert "FAILED" in done.stdout + done.stderr
-    assert calls == []
+    files, stopped = _files(tmp_path, "leader-worker-set", tamper=spec.files[0].path)
+    assert files == [] and "FAILED" in stopped
+
+
+def test_the_job_runs_the_program_with_its_api_client_and_no_shell():
+    """The apply container runs the program as composed: the API client, then the program."""
+    (container,) = crd_job.job(crd_job.chart_crds("leader-worker-set"), "ns")["spec"]["template"][
+        "spec"
+    ]["containers"]
+    assert container["command"][:2] == ["/usr/bin/python3", "-c"]
+    program = container["command"][2]
+    assert "class Api:" in program and "def take_over(" in program
+    assert "from function" not in program
+    compile(program, "apply_crds", "exec")
 
 
 # --- the release waits for its Job ----------------------------------------------------------------

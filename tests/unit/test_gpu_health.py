@@ -3,8 +3,6 @@ Observe-only Object, said per pool on the XR with a Warning per unhealthy node."
 
 import datetime
 import json
-import shutil
-import subprocess
 
 import pytest
 
@@ -12,6 +10,7 @@ from function import clock, names
 from function.compose import compose_cluster
 from function.serving import gpu_health
 from function.serving.components import COMPONENTS, RESOURCE_KEYS
+from function.serving.programs import report_gpu_health as reporter
 from tests.builders import all_classes, example
 from tests.sim import workload
 from tests.sim.providers import World
@@ -42,21 +41,19 @@ def manifest(out, key: str) -> dict:
     return out.resources[key].body["spec"]["forProvider"]["manifest"]
 
 
-def jq(nodes: list[dict]) -> str:
-    """What the reporter's jq program writes for nodes (kubectl's list of them), run for real."""
-    jq_bin = shutil.which("jq")
-    if jq_bin is None:
-        pytest.fail("jq is not installed: the reporter's program is checked with the real jq")
-    out = subprocess.run(
-        [jq_bin, "-c", "--argjson", "ok", gpu_health.healthy_json(), gpu_health.REPORT_PROGRAM],
-        input=json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": nodes}).encode(),
-        capture_output=True,
-        check=True,
-    )
-    return out.stdout.decode().rstrip("\n")
+def reported(nodes: list[dict]) -> str:
+    """What the reporter's program writes for nodes (the API server's list of those with the GPU
+    label), its own functions run for real with what its pod is given."""
+    env = gpu_health.reporter_env()
+    healthy = json.loads(env["HEALTHY"])
+    key, value = env["NODE_SELECTOR"].split("=")
+    listed = [n for n in nodes if n["metadata"].get("labels", {}).get(key) == value]
+    limit, many, short = (int(env[k]) for k in ("MESSAGE_LIMIT", "MANY", "SHORT_MESSAGE"))
+    made = [reporter.node_report(n, healthy, env["POOL_LABEL"], limit) for n in listed]
+    return reporter.report(made, many, short)
 
 
-def test_the_real_jq_program_writes_what_the_simulated_reporter_writes():
+def test_the_reporter_program_writes_what_the_simulated_reporter_writes():
     nodes = [
         gpu_node("b-node", POOL, AcceleratedHardwareReady="False:NvidiaXID79Error:" + "x" * 300),
         gpu_node("a-node", POOL, XIDError="True:XIDErrorIsPresent:XID 48 (DBE ECC) ✗"),
@@ -68,8 +65,8 @@ def test_the_real_jq_program_writes_what_the_simulated_reporter_writes():
     del nodes[1]["status"]["conditions"][1]["reason"]
     del nodes[1]["metadata"]["labels"][names.POOL_LABEL]
     del nodes[3]["status"]["conditions"][0]["lastTransitionTime"]
-    assert jq(nodes) == workload.gpu_report(nodes)
-    report = json.loads(jq(nodes))
+    assert reported(nodes) == workload.gpu_report(nodes)
+    report = json.loads(reported(nodes))
     assert [n["name"] for n in report] == ["a-node", "b-node", "c-node", "d-node", "e-node"]
     assert [len(n["bad"]) for n in report] == [1, 1, 1, 0, 2]  # throttling and pressure: not faults
     assert len(report[1]["bad"][0]["message"]) == gpu_health.MESSAGE_LIMIT
@@ -83,10 +80,10 @@ def test_a_fleet_wide_incident_keeps_the_report_within_a_configmap():
         gpu_node(f"n{i:04d}", POOL, Ready=f"Unknown:NodeStatusUnknown:{long}", **FOUR_FAULTS)
         for i in range(1100)
     ]
-    report = jq(nodes)
+    report = reported(nodes)
     assert report == workload.gpu_report(nodes)
     assert len(report.encode()) < 1 << 20
-    few = jq(nodes[: gpu_health.MANY])
+    few = reported(nodes[: gpu_health.MANY])
     assert json.loads(few)[0]["bad"][0]["message"] == long[: gpu_health.MESSAGE_LIMIT]
 
 

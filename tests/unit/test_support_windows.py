@@ -1,22 +1,15 @@
 """Every pin of versions.CHARTS and versions.IMAGES has a support window (versions.SUPPORT), read
 for the version pinned, and the suite fails BUMP_NOTICE before a pin's end of life, so a bump is
 started while upstream still fixes what runs. A pin kept past it says why and until when
-(versions.Overdue); the test lists those on every run. kubectl's image stays within the version
-skew policy of the clusters the calendars admit."""
+(versions.Overdue); the test lists those on every run."""
 
-import re
 import warnings
 from datetime import date, timedelta
 
-import pytest
-
 from function import clock, versions
-from function.clusters import calendars
 from function.versions import BUMP_NOTICE, OVERDUE_AT_MOST, SUPPORT, Overdue, Support
 
 PINS = [f"chart {k}" for k in versions.CHARTS] + [f"image {k}" for k in versions.IMAGES]
-KUBECTL_PINS = ("kubectl", "gpu-health-reporter")
-CALENDARS = (calendars.AKS, calendars.EKS, calendars.GKE, calendars.NEBIUS, calendars.VULTR)
 
 
 def today() -> date:
@@ -39,13 +32,6 @@ def due(table: dict[str, Support], day: date) -> tuple[list[str], list[str]]:
         else:
             failing.append(f"{line}; kept until {overdue.until}, due too: bump it or renew")
     return failing, kept
-
-
-def minor(reference: str) -> tuple[int, int]:
-    """(1, 36) of registry.k8s.io/kubectl:v1.36.5."""
-    found = re.fullmatch(r"v(\d+)\.(\d+)\.\d+", reference.rsplit(":", 1)[1])
-    assert found, reference
-    return int(found[1]), int(found[2])
 
 
 def test_every_pin_has_a_support_window_read_for_its_version():
@@ -109,21 +95,3 @@ def test_the_check_fails_when_due_and_lists_what_is_kept():
     assert [line.split()[1] for line in failing] == ["a", "b"] and kept == []
     with clock.fixed(clock.parse("2026-10-01T00:00:00Z")):
         assert today() == date(2026, 10, 1)
-
-
-def test_kubectl_is_within_one_minor_of_the_newest_minor_a_calendar_admits():
-    """kubectl is supported within one minor of the API server (kubernetes.io/releases/
-    version-skew-policy): the function lets clusters run the newest minor of any cloud's calendar."""
-    newest = max(m for c in CALENDARS for m in c.ends)
-    for key in KUBECTL_PINS:
-        major, kubectl_minor = minor(versions.IMAGES[key])
-        assert major == newest[0] and abs(kubectl_minor - newest[1]) <= 1, (
-            f"IMAGES[{key!r}] is {versions.IMAGES[key]}, more than one minor from "
-            f"{newest[0]}.{newest[1]}, the newest a calendar admits"
-        )
-
-
-@pytest.mark.parametrize("key", KUBECTL_PINS)
-def test_kubectls_end_of_life_is_its_minors_upstream_one(key):
-    eol = calendars.UPSTREAM_EOL[minor(versions.IMAGES[key])]
-    assert SUPPORT[f"image {key}"].eol == eol.date()
