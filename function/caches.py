@@ -35,6 +35,7 @@ dict's content is its marshal dump (marshal is faithful for plain data, and dict
 key order, so equal content is equal bytes).
 """
 
+import functools
 import marshal
 import re
 import time
@@ -571,15 +572,10 @@ def name(cluster: str, key: tuple, make: Callable[..., str]) -> str:
 # pinned, so a process meets a handful, one per chart and selection of files). A name carries a
 # hash of the whole Job spec, built and dumped as JSON: 30 µs that every composition of every
 # cluster spent twice a chart. Equal specs, equal names (crd_job.name is a pure function of it).
-_CRD_JOB_NAMES: dict[Any, str] = {}
-
-
+@functools.cache
 def crd_job_name(spec: Any, make: Callable[[Any], str]) -> str:
     """make(spec), kept by spec for the process."""
-    made = _CRD_JOB_NAMES.get(spec)
-    if made is None:
-        made = _CRD_JOB_NAMES[spec] = make(spec)
-    return made
+    return make(spec)
 
 
 def forget() -> None:
@@ -587,4 +583,4 @@ def forget() -> None:
     longer than the caches remember (`make bench` measures it; nothing else needs it, since a
     cache can only be right)."""
     STORE.clear()
-    _CRD_JOB_NAMES.clear()
+    crd_job_name.cache_clear()

@@ -10,7 +10,8 @@ IMPORT_API = "from function.serving.programs.kube_api import "
 
 def source(name: str) -> str:
     """The text `python3 -c` runs: the API client, then the program without its import of it."""
-    program = (HERE / f"{name}.py").read_text()
-    if IMPORT_API not in program:
-        raise ValueError(f"{name}.py does not import the API client as {IMPORT_API!r}")
-    return (HERE / "kube_api.py").read_text() + "\n\n" + program.replace(IMPORT_API, "")
+    lines = (HERE / f"{name}.py").read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not line.startswith(IMPORT_API)]
+    if len(kept) != len(lines) - 1:
+        raise ValueError(f"{name}.py does not import the API client once as {IMPORT_API!r}")
+    return (HERE / "kube_api.py").read_text() + "\n\n" + "".join(kept)
