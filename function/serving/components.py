@@ -7,6 +7,7 @@ component comes after also outlives it. `watches` names components whose objects
 it is first created once they are Ready and outlives them. Versions live in function/versions.py.
 """
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,13 +27,14 @@ from function.serving import (
     modelexpress,
     modelexpress_crds,
 )
-from function.versions import CHART_CRDS, CHARTS
+from function.versions import CHART_CRDS, CHARTS, Chart
 from function.workload import GATEWAY_LOAD_BALANCER, GPU_TOLERATION
 
 STANDARD, DYNAMO = "Standard", "Dynamo"
 BOTH = frozenset({STANDARD, DYNAMO})
 EXISTING = "Existing"
 PROVISIONED = frozenset(CLOUD_BLOCKS) - {EXISTING}
+EKS_ONLY = frozenset({"EKS"})
 # provider-kubernetes management policies (crossplane-runtime's supported sets): read only, or
 # read and delete what another controller made.
 OBSERVE = ("Observe",)
@@ -113,10 +115,21 @@ class Component:
     # runs (never first created), and no longer once retired(observed) says its replacement
     # serves, so Crossplane deletes it then.
     retired: Callable[[Mapping], bool] | None = None
+    # Charts: another release of the chart pinned as CHARTS[first], in a namespace of its own
+    # (a chart that names some objects the same in every release cannot hold two in one).
+    second_of: tuple[str, str] | None = None
 
     @functools.cached_property
     def resource_key(self) -> str:
         return f"release-{self.key}" if self.chart else self.key
+
+    @functools.cached_property
+    def pinned(self) -> Chart:
+        """The chart a chart component installs, where."""
+        if self.second_of is None:
+            return CHARTS[self.key]
+        first, namespace = self.second_of
+        return dataclasses.replace(CHARTS[first], namespace=namespace)
 
 
 def chart(key: str, values: dict | Build, *, crds: tuple[str, ...] = (), **kw) -> Component:
@@ -610,6 +623,12 @@ GPU_METRICS_QUOTA = {
 }
 
 
+GPU_METRICS_EMBEDDED_QUOTA = {
+    **CRITICAL_PODS_QUOTA,
+    "metadata": {"name": "allow-critical-pods", "namespace": gpu_metrics.EMBEDDED_NAMESPACE},
+}
+
+
 def gpu_metrics_values(ctx: Context) -> dict:
     return gpu_metrics.values(ctx.source, ctx.service_monitor, ctx.nvidia_driver_root)
 
@@ -808,6 +827,27 @@ def table() -> tuple[Component, ...]:
             inside=gpu_metrics.KEY,
         ),
         chart(gpu_metrics.KEY, gpu_metrics_values, after=(gpu_metrics.QUOTA_KEY,)),
+        # EKS: the exporter with its own host engine where the node monitoring agent runs none.
+        manifest(
+            gpu_metrics.EMBEDDED_NAMESPACE_KEY,
+            namespace(gpu_metrics.EMBEDDED_NAMESPACE, PRIVILEGED),
+            inside=gpu_metrics.EMBEDDED_KEY,
+            sources=EKS_ONLY,
+        ),
+        manifest(
+            gpu_metrics.EMBEDDED_QUOTA_KEY,
+            GPU_METRICS_EMBEDDED_QUOTA,
+            after=(gpu_metrics.EMBEDDED_NAMESPACE_KEY,),
+            inside=gpu_metrics.EMBEDDED_KEY,
+            sources=EKS_ONLY,
+        ),
+        chart(
+            gpu_metrics.EMBEDDED_KEY,
+            gpu_metrics.EMBEDDED_VALUES,
+            after=(gpu_metrics.EMBEDDED_QUOTA_KEY,),
+            sources=EKS_ONLY,
+            second_of=(gpu_metrics.KEY, gpu_metrics.EMBEDDED_NAMESPACE),
+        ),
         # On a cluster someone else runs, whether any node took the kubelet plugin (its GPU nodes
         # are labelled and tainted by its operator, not by us).
         manifest(

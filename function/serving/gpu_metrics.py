@@ -16,7 +16,10 @@ DaemonSet: nv-hostengine -n -b ALL, hostPort 5555, on amd64 NVIDIA instance type
 aws/eks-node-monitoring-agent charts/ templates/dcgm-daemonset.yaml and values.yaml
 dcgmAgent.affinity, v1.7.0), so there the exporter connects to it on its node's address
 (DCGM_REMOTE_HOSTENGINE_INFO, pkg/cmd/app.go) and runs only where the agent places it: with a
-remote host engine that does not answer it exits (internal/pkg/dcgmprovider/dcgm.go).
+remote host engine that does not answer it exits (internal/pkg/dcgmprovider/dcgm.go). On EKS's
+other GPU nodes (arm64, as p6e-gb200 and g5g, which every agent version leaves without dcgm-server,
+and types its list lacks) a second release of the chart runs it with its own host engine, in a
+namespace of its own (the chart names its metrics ConfigMap and Role the same in every release).
 
 How it sees the GPUs without claiming them: the image sets NVIDIA_VISIBLE_DEVICES=all
 (docker/Dockerfile), and the NVIDIA container runtime gives such a container every GPU and the
@@ -53,6 +56,12 @@ RELEASE_KEY = f"release-{KEY}"
 NAMESPACE_KEY = "dcgm-exporter-namespace"
 QUOTA_KEY = "dcgm-exporter-critical-pods-quota"
 NAMESPACE = CHARTS[KEY].namespace
+# EKS: the release with its own host engine where the node monitoring agent runs none, its
+# namespace and that namespace's critical-pods quota.
+EMBEDDED_KEY = "dcgm-exporter-embedded"
+EMBEDDED_NAMESPACE = f"{NAMESPACE}-embedded"
+EMBEDDED_NAMESPACE_KEY = f"{EMBEDDED_KEY}-namespace"
+EMBEDDED_QUOTA_KEY = f"{EMBEDDED_KEY}-critical-pods-quota"
 # The Observe-only Object that says whether the cluster has the ServiceMonitor CRD.
 SERVICE_MONITORS_KEY = "detect-servicemonitors"
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
@@ -122,19 +131,29 @@ EKS_DCGM_INSTANCE_TYPES = (
     "p6e-gb200.36xlarge",
     "p6e-gb300.36xlarge",
 )
-EKS_DCGM_SERVER = (
-    {
-        "key": "node.kubernetes.io/instance-type",
-        "operator": "In",
-        "values": list(EKS_DCGM_INSTANCE_TYPES),
-    },
+# The agent's other two requirements: not on Fargate, Auto Mode, hybrid or HyperPod nodes, whose
+# DCGM the function does not know (it composes none of them); the exporter keeps off them too.
+EKS_NODES = (
     {
         "key": "eks.amazonaws.com/compute-type",
         "operator": "NotIn",
         "values": ["fargate", "auto", "hybrid"],
     },
     {"key": "sagemaker.amazonaws.com/compute-type", "operator": "NotIn", "values": ["hyperpod"]},
-    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+)
+INSTANCE_TYPE, ARCH = "node.kubernetes.io/instance-type", "kubernetes.io/arch"
+# Where dcgm-server runs: every version of the agent places it on amd64 only (its chart's
+# dcgmAgent.affinity since the first commit), on a list of types every later version's list
+# holds (read at each commit to v1.7.0: none dropped a type).
+EKS_DCGM_SERVER = (
+    {"key": INSTANCE_TYPE, "operator": "In", "values": list(EKS_DCGM_INSTANCE_TYPES)},
+    *EKS_NODES,
+    {"key": ARCH, "operator": "In", "values": ["amd64"]},
+)
+# And where it does not, on the same nodes: a type off the list, or another architecture.
+EKS_NO_DCGM_SERVER = (
+    ({"key": INSTANCE_TYPE, "operator": "NotIn", "values": list(EKS_DCGM_INSTANCE_TYPES)},),
+    ({"key": ARCH, "operator": "NotIn", "values": ["amd64"]},),
 )
 EKS_HOSTENGINE_PORT = 5555  # dcgm-server's hostPort
 # The exporter's connection to it, on its own node's address (the hostPort; the pod network
@@ -184,15 +203,18 @@ def image() -> dict:
     return {"repository": repository, "tag": tag}
 
 
-def gpu_nodes(extra: tuple[dict, ...] = ()) -> dict:
+def gpu_nodes(*extra: tuple[dict, ...]) -> dict:
     """Required node affinity: any GPU label; with extra requirements, NFD's vendor label (which
-    the function's own NFD sets on every NVIDIA GPU node of a provisioned cluster) and each of
-    them, in one term rather than one per label."""
-    labels = (GPU_NODE_LABEL,) if extra else GPU_NODE_LABELS
-    terms = [
-        {"matchExpressions": [{"key": label, "operator": "In", "values": ["true"]}, *extra]}
-        for label in labels
-    ]
+    the function's own NFD sets on every NVIDIA GPU node of a provisioned cluster) and each
+    tuple's requirements, one term a tuple (a node matching any term) rather than one a label."""
+    if extra:
+        vendor = {"key": GPU_NODE_LABEL, "operator": "In", "values": ["true"]}
+        terms = [{"matchExpressions": [vendor, *more]} for more in extra]
+    else:
+        terms = [
+            {"matchExpressions": [{"key": label, "operator": "In", "values": ["true"]}]}
+            for label in GPU_NODE_LABELS
+        ]
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
@@ -227,6 +249,14 @@ def values(source: str, service_monitor: bool, driver_root: str) -> dict:
     elif source == "Vultr":
         made["runtimeClassName"] = VULTR_RUNTIME_CLASS
     return made
+
+
+# EKS: the second release's values, the exporter with its own host engine (SYS_ADMIN, the chart's
+# default) where dcgm-server does not run; it never rendered a ServiceMonitor.
+EMBEDDED_VALUES = {
+    **values("", False, ""),
+    "affinity": gpu_nodes(*((*more, *EKS_NODES) for more in EKS_NO_DCGM_SERVER)),
+}
 
 
 @dataclass(frozen=True)
@@ -269,7 +299,10 @@ SELECTOR = {
 HELM_KEEP = ("helm.sh/resource-policy", "keep")
 # What the chart 4.8.3 renders with the function's values (templates/service-monitor.yaml,
 # values.yaml serviceMonitor: interval 30s, scrapeTimeout 25s, honorLabels false, no relabelings),
-# with its selector labels and not Helm's others (its chart, version and managed-by).
+# with its selector labels and not Helm's others (its chart, version and managed-by). Not EKS's
+# second release's Service: a selector without the release's label would not reach a live
+# ServiceMonitor Helm made, whose selector label stays Helm's under server-side apply (a second
+# ServiceMonitor Object for it is still to come: docs/stack.md, GPU metrics).
 SERVICE_MONITOR = {
     "apiVersion": "monitoring.coreos.com/v1",
     "kind": "ServiceMonitor",

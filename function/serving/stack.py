@@ -422,7 +422,7 @@ def _make_body(
         return kube.release(
             ctx.xr,
             component.key,
-            CHARTS[component.key],
+            component.pinned,
             provider_config,
             built,
             wait=component.wait,

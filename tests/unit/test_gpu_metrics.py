@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from function import kube
+from function import kube, shapes
 from function.compose import compose_cluster
 from function.inputs import ObservedResource
 from function.serving import gpu_metrics
@@ -77,6 +77,52 @@ def test_on_eks_it_reads_the_node_monitoring_agent_s_host_engine_instead_of_star
     assert len(gpu_metrics.EKS_DCGM_INSTANCE_TYPES) == 77
     # No profiling of its own: no SYS_ADMIN.
     assert values["securityContext"]["capabilities"] == {"add": [], "drop": ["ALL"]}
+
+
+def _admits(values: dict, labels: dict[str, str]) -> bool:
+    """Whether a node with these labels meets the values' required node affinity (the
+    scheduler's rule: any term, each of its expressions; NotIn holds where the label is absent)."""
+
+    def meets(e: dict) -> bool:
+        if e["operator"] == "In":
+            return labels.get(e["key"]) in e["values"]
+        if e["operator"] == "NotIn":
+            return labels.get(e["key"]) not in e["values"]
+        raise AssertionError(e)
+
+    return any(all(meets(e) for e in term) for term in terms(values))
+
+
+EKS_TYPES = sorted({*gpu_metrics.EKS_DCGM_INSTANCE_TYPES, *shapes.EC2, "g99.xlarge"})
+
+
+@pytest.mark.parametrize("arch", ["amd64", "arm64"])
+@pytest.mark.parametrize("instance_type", EKS_TYPES)
+def test_on_eks_every_gpu_node_gets_one_exporter_and_one_host_engine(instance_type, arch):
+    """The release against dcgm-server where the agent runs it (its amd64 types), the one with
+    its own host engine on every other GPU node (arm64 as p6e-gb200, a type off the list), never
+    both; none on a node without a GPU or of a compute type the agent keeps off."""
+    remote, embedded = gpu_metrics.values("EKS", False, "/"), gpu_metrics.EMBEDDED_VALUES
+    node = {GPU_NODE_LABEL: "true", "node.kubernetes.io/instance-type": instance_type}
+    node["kubernetes.io/arch"] = arch
+    agent_runs_one = instance_type in gpu_metrics.EKS_DCGM_INSTANCE_TYPES and arch == "amd64"
+    assert _admits(remote, node) is agent_runs_one
+    assert _admits(embedded, node) is not agent_runs_one
+    for other in (
+        {**node, GPU_NODE_LABEL: "false"},
+        {**node, "eks.amazonaws.com/compute-type": "auto"},
+    ):
+        assert not _admits(remote, other) and not _admits(embedded, other)
+
+
+def test_every_ec2_gpu_type_the_function_knows_is_one_the_agent_places_or_not_by_architecture():
+    """A GPU type of the shapes table on amd64 is on dcgm-server's list (so it is read from the
+    agent's engine), and the arm64 ones (p6e-gb200) get the exporter's own."""
+    for name, shape in shapes.EC2.items():
+        if shape.arch == "x86_64":
+            assert name in gpu_metrics.EKS_DCGM_INSTANCE_TYPES, name
+    node = {GPU_NODE_LABEL: "true", "node.kubernetes.io/instance-type": "p6e-gb200.36xlarge"}
+    assert _admits(gpu_metrics.EMBEDDED_VALUES, {**node, "kubernetes.io/arch": "arm64"})
 
 
 @pytest.mark.parametrize("source", ["GKE", "AKS", "Nebius", "Vultr", "Existing"])
@@ -351,3 +397,53 @@ def test_its_namespace_lets_its_pods_mount_the_host_and_holds_their_priority():
     by_key = {c.key: c for c in COMPONENTS}
     assert by_key[gpu_metrics.KEY].after == (gpu_metrics.QUOTA_KEY,)
     assert by_key[gpu_metrics.QUOTA_KEY].after == (gpu_metrics.NAMESPACE_KEY,)
+
+
+def _embedded() -> list[dict]:
+    component = next(c for c in COMPONENTS if c.key == gpu_metrics.EMBEDDED_KEY)
+    release = kube.release("x", component.key, component.pinned, "pc", gpu_metrics.EMBEDDED_VALUES)
+    return charts.template(release)
+
+
+def test_the_real_chart_s_second_release_on_eks_runs_its_own_host_engine_in_its_own_namespace():
+    """Its objects collide with none of the first release's (the chart names its metrics
+    ConfigMap and Role the same in every release)."""
+    second, first = _embedded(), charts.template(_release(gpu_metrics.values("EKS", False, "/")))
+    made = {m["kind"]: m for m in second}
+    assert {m["metadata"].get("namespace") for m in second} - {None} == {
+        "modelplane-gpu-metrics-embedded"
+    }
+
+    def named(ms: list[dict]) -> set:
+        return {(m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]) for m in ms}
+
+    assert not named(first) & named(second)
+    assert ("ConfigMap", "modelplane-gpu-metrics-embedded", "exporter-metrics-config-map") in named(
+        second
+    )
+    pod = made["DaemonSet"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "DCGM_REMOTE_HOSTENGINE_INFO" not in {e["name"] for e in container["env"]}
+    assert "SYS_ADMIN" in container["securityContext"]["capabilities"]["add"]
+    assert pod["tolerations"] == [GPU_TOLERATION]
+    assert made["Service"]["metadata"]["name"] == "mp-dcgm-exporter-embedded"
+
+
+@pytest.mark.parametrize("source", ["eks", "gke", "existing"])
+def test_only_eks_gets_the_second_release_with_its_namespace_and_quota(source):
+    out, _, _ = _converged(source, World())
+    keys = {
+        f"release-{gpu_metrics.EMBEDDED_KEY}",
+        gpu_metrics.EMBEDDED_NAMESPACE_KEY,
+        gpu_metrics.EMBEDDED_QUOTA_KEY,
+    }
+    if source != "eks":
+        assert not keys & set(out.resources)
+        return
+    assert keys <= set(out.resources)
+    release = out.resources[f"release-{gpu_metrics.EMBEDDED_KEY}"].body["spec"]["forProvider"]
+    assert release["namespace"] == "modelplane-gpu-metrics-embedded"
+    assert release["chart"]["version"] == CHARTS[gpu_metrics.KEY].version
+    assert release["values"] == gpu_metrics.EMBEDDED_VALUES
+    quota = out.resources[gpu_metrics.EMBEDDED_QUOTA_KEY].body["spec"]["forProvider"]["manifest"]
+    assert quota["metadata"]["namespace"] == "modelplane-gpu-metrics-embedded"
