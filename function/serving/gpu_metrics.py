@@ -301,8 +301,8 @@ HELM_KEEP = ("helm.sh/resource-policy", "keep")
 # values.yaml serviceMonitor: interval 30s, scrapeTimeout 25s, honorLabels false, no relabelings),
 # with its selector labels and not Helm's others (its chart, version and managed-by). Not EKS's
 # second release's Service: a selector without the release's label would not reach a live
-# ServiceMonitor Helm made, whose selector label stays Helm's under server-side apply (a second
-# ServiceMonitor Object for it is still to come: docs/stack.md, GPU metrics).
+# ServiceMonitor Helm made, whose selector label stays Helm's under server-side apply (stack SRE
+# review), so that one has a ServiceMonitor of its own (EMBEDDED_SERVICE_MONITOR).
 SERVICE_MONITOR = {
     "apiVersion": "monitoring.coreos.com/v1",
     "kind": "ServiceMonitor",
@@ -328,6 +328,30 @@ SERVICE_MONITOR = {
         ],
     },
 }
+# EKS's second release's: the same as the chart would render for it, never Helm's (no handover),
+# its series' `job` set to the first one's, so a query by job finds every GPU node.
+_EMBEDDED_RELEASE = names.release_name(EMBEDDED_KEY)
+_EMBEDDED_SELECTOR = {**SELECTOR, "app.kubernetes.io/instance": _EMBEDDED_RELEASE}
+EMBEDDED_SERVICE_MONITOR_KEY = f"{EMBEDDED_KEY}-service-monitor"
+EMBEDDED_SERVICE_MONITOR = {
+    **SERVICE_MONITOR,
+    "metadata": {
+        "name": _EMBEDDED_RELEASE,
+        "namespace": EMBEDDED_NAMESPACE,
+        "labels": dict(_EMBEDDED_SELECTOR),
+    },
+    "spec": {
+        **SERVICE_MONITOR["spec"],
+        "selector": {"matchLabels": dict(_EMBEDDED_SELECTOR)},
+        "namespaceSelector": {"matchNames": [EMBEDDED_NAMESPACE]},
+        "endpoints": [
+            {
+                **SERVICE_MONITOR["spec"]["endpoints"][0],
+                "relabelings": [{"targetLabel": "job", "replacement": _RELEASE}],
+            }
+        ],
+    },
+}
 # Ready once the live ServiceMonitor carries HELM_KEEP: the release may then stop rendering it.
 HELD = (
     f"has(object.metadata.annotations) && '{HELM_KEEP[0]}' in object.metadata.annotations"
@@ -341,30 +365,36 @@ POLICIES = ["Observe", "Create", "Update", "LateInitialize"]
 
 
 def service_monitor(
-    xr: str, provider_config: str, observed: Mapping[str, ObservedResource]
+    xr: str, provider_config: str, observed: Mapping[str, ObservedResource], embedded: bool = False
 ) -> Desired | None:
-    """The exporter's ServiceMonitor Object, or None. Composed while the CRD is found, first once
-    the release is there (its namespace is); kept while no answer is in; dropped only once the
-    CRD is reported absent (its ServiceMonitors are gone with it). Ready whatever it reports:
-    metrics do not hold the stack back (a failed apply is a Warning)."""
+    """The exporter's ServiceMonitor Object (embedded: EKS's second release's), or None.
+    Composed while the CRD is found, first once its release is there (its namespace is); kept
+    while no answer is in; dropped only once the CRD is reported absent (its ServiceMonitors are
+    gone with it). Ready whatever it reports: metrics do not hold the stack back (a failed apply
+    is a Warning)."""
+    key, release = (
+        (EMBEDDED_SERVICE_MONITOR_KEY, f"release-{EMBEDDED_KEY}")
+        if embedded
+        else (SERVICE_MONITOR_KEY, RELEASE_KEY)
+    )
     found = crd_found(observed)
-    seen = observed.get(SERVICE_MONITOR_KEY)
+    seen = observed.get(key)
     if found is False:
         return None
     if found is None:
         return None if seen is None else Desired(as_desired(seen.body), ready=True)
-    if seen is None and RELEASE_KEY not in observed:
+    if seen is None and release not in observed:
         return None
     body = BODIES.item(
         xr,
-        ("service-monitor", provider_config),
+        (key, provider_config),
         lambda: kube.manifest_object(
             xr,
-            SERVICE_MONITOR_KEY,
-            SERVICE_MONITOR,
+            key,
+            EMBEDDED_SERVICE_MONITOR if embedded else SERVICE_MONITOR,
             provider_config,
             policies=POLICIES,
-            ready_when=HELD,
+            ready_when=None if embedded else HELD,
         ),
     )
     return Desired(body, ready=True, shared=True)

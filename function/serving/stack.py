@@ -126,9 +126,15 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         facts.resources[gpu_metrics.SERVICE_MONITORS_KEY] = gpu_metrics.observer(
             inputs.xr.name, cluster.provider_config
         )
-    monitor = gpu_metrics.service_monitor(inputs.xr.name, cluster.provider_config, observed)
-    if monitor is not None:
-        facts.resources[gpu_metrics.SERVICE_MONITOR_KEY] = monitor
+    for key, embedded in (
+        (gpu_metrics.SERVICE_MONITOR_KEY, False),
+        (gpu_metrics.EMBEDDED_SERVICE_MONITOR_KEY, True),
+    ):
+        monitor = gpu_metrics.service_monitor(
+            inputs.xr.name, cluster.provider_config, observed, embedded
+        )
+        if monitor is not None:
+            facts.resources[key] = monitor
 
     probes = gpus.render(inputs, cluster.provider_config, _ready(observed.get(gpus.NAMESPACE_KEY)))
     facts.resources |= probes.resources

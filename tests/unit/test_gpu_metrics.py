@@ -447,3 +447,57 @@ def test_only_eks_gets_the_second_release_with_its_namespace_and_quota(source):
     assert release["values"] == gpu_metrics.EMBEDDED_VALUES
     quota = out.resources[gpu_metrics.EMBEDDED_QUOTA_KEY].body["spec"]["forProvider"]["manifest"]
     assert quota["metadata"]["namespace"] == "modelplane-gpu-metrics-embedded"
+
+
+def test_eks_second_release_has_a_service_monitor_of_its_own_where_the_crd_is_found():
+    """Converged on EKS with the CRD: both Objects; each selects its own release's Service in the
+    real chart's render, and the second's series carry the first's job. Without the CRD, or on
+    another source, none of the second."""
+    with_crd, _, _ = _converged("eks", World(detected={gpu_metrics.SERVICE_MONITOR_CRD: CRD}))
+    monitors = {
+        key: with_crd.resources[key].body["spec"]["forProvider"]["manifest"]
+        for key in (gpu_metrics.SERVICE_MONITOR_KEY, gpu_metrics.EMBEDDED_SERVICE_MONITOR_KEY)
+    }
+    embedded = monitors[gpu_metrics.EMBEDDED_SERVICE_MONITOR_KEY]
+    assert embedded == gpu_metrics.EMBEDDED_SERVICE_MONITOR
+    assert with_crd.resources[gpu_metrics.EMBEDDED_SERVICE_MONITOR_KEY].ready
+    services = {
+        "mp-dcgm-exporter": {
+            m["kind"]: m for m in charts.template(_release(gpu_metrics.values("EKS", False, "/")))
+        }["Service"],
+        "mp-dcgm-exporter-embedded": {m["kind"]: m for m in _embedded()}["Service"],
+    }
+    for monitor in monitors.values():
+        selected = [
+            name
+            for name, service in services.items()
+            if monitor["spec"]["selector"]["matchLabels"].items()
+            <= service["metadata"]["labels"].items()
+            and service["metadata"]["namespace"]
+            in monitor["spec"]["namespaceSelector"]["matchNames"]
+        ]
+        assert selected == [monitor["metadata"]["name"]]
+    (endpoint,) = embedded["spec"]["endpoints"]
+    assert endpoint["relabelings"] == [{"targetLabel": "job", "replacement": "mp-dcgm-exporter"}]
+    assert {k: v for k, v in endpoint.items() if k != "relabelings"} == {
+        k: v
+        for k, v in gpu_metrics.SERVICE_MONITOR["spec"]["endpoints"][0].items()
+        if k != "relabelings"
+    }
+    without, _, _ = _converged("eks", World())
+    assert gpu_metrics.EMBEDDED_SERVICE_MONITOR_KEY not in without.resources
+    other, _, _ = _converged("existing", World(detected={gpu_metrics.SERVICE_MONITOR_CRD: CRD}))
+    assert gpu_metrics.SERVICE_MONITOR_KEY in other.resources
+    assert gpu_metrics.EMBEDDED_SERVICE_MONITOR_KEY not in other.resources
+
+
+def test_eks_second_service_monitor_waits_for_its_release_and_follows_the_crd():
+    xr, pc = "x", "pc"
+    release = {f"release-{gpu_metrics.EMBEDDED_KEY}": ObservedResource({"spec": {}})}
+    found = {gpu_metrics.SERVICE_MONITORS_KEY: _detector(CRD)}
+    assert gpu_metrics.service_monitor(xr, pc, found, embedded=True) is None
+    made = gpu_metrics.service_monitor(xr, pc, {**found, **release}, embedded=True)
+    assert made is not None and made.ready
+    assert "Delete" not in made.body["spec"]["managementPolicies"]
+    gone = {gpu_metrics.SERVICE_MONITORS_KEY: _detector(absent=True), **release}
+    assert gpu_metrics.service_monitor(xr, pc, gone, embedded=True) is None
