@@ -12,7 +12,7 @@ from datetime import timedelta
 import yaml
 
 from function import clock, kube, names, shapes
-from function.clusters import aws_network, calendars, eks_upgrade
+from function.clusters import aws_network, calendars, eks_dcgm, eks_upgrade
 from function.clusters.base import (
     GPU_TAINT,
     NO_LATE_INIT,
@@ -70,11 +70,22 @@ NODE_REPAIR = {"enabled": True}
 # XID errors, ECC, a GPU off the bus; NetworkingReady, KernelReady, StorageReady) and needs no
 # IAM. Its node agent tolerates every taint, but its DCGM host engine (dcgm-server, on GPU
 # instance types) tolerates none (aws/eks-node-monitoring-agent charts/ values.yaml,
-# dcgmAgent.tolerations, v1.7.0): on nodes carrying the GPU taint it would never run. No version:
-# EKS installs its default for the cluster's minor, as for vpc-cni.
-NODE_MONITORING_VALUES = json.dumps(
-    {"dcgmAgent": {"tolerations": [GPU_TOLERATION]}}, sort_keys=True
-)
+# dcgmAgent.tolerations, v1.7.0): on nodes carrying the GPU taint it would never run. Where the
+# add-on takes it, its placement is the function's (eks_dcgm.OWNED_AFFINITY: every amd64 NVIDIA
+# node, so no GPU node is repaired for a host engine it lacks). No version: EKS installs its
+# default for the cluster's minor, as for vpc-cni.
+NODE_MONITORING_VALUES = {
+    owned: json.dumps(
+        {
+            "dcgmAgent": {
+                "tolerations": [GPU_TOLERATION],
+                **({"affinity": eks_dcgm.OWNED_AFFINITY} if owned else {}),
+            }
+        },
+        sort_keys=True,
+    )
+    for owned in (False, True)
+}
 
 
 def policy(statements: list[dict]) -> str:
@@ -676,7 +687,9 @@ class EKSCluster:
             if not c.when(key, all(c.is_ready(k) for k in after), "EFS CSI Pod Identity"):
                 return
         if addon == "eks-node-monitoring-agent":
-            spec["configurationValues"] = NODE_MONITORING_VALUES
+            # The version EKS gave it is read once it exists: never asked of one that may refuse.
+            owned = eks_dcgm.owned(c.observed(key))
+            spec["configurationValues"] = NODE_MONITORING_VALUES[owned]
         if addon == "vpc-cni":
             values = self.vpc_cni_values(key)
             if values is not None:

@@ -64,6 +64,9 @@ class Context:
     # Whether the GPU metrics release still renders its ServiceMonitor, handing it over
     # (function/serving/gpu_metrics.py release_renders).
     service_monitor: bool = False
+    # EKS: whether the function places the node monitoring agent's DCGM host engine
+    # (function/clusters/eks_dcgm.py owned), which the GPU metrics releases follow.
+    dcgm_owned: bool = False
     # Whether gateway-helm's CRD Job applies the Gateway API CRDs too: not on an Existing cluster
     # whose Gateway API CRDs are someone else's (stack.gateway_api_crds_ours).
     gateway_api_crds: bool = True
@@ -630,7 +633,13 @@ GPU_METRICS_EMBEDDED_QUOTA = {
 
 
 def gpu_metrics_values(ctx: Context) -> dict:
-    return gpu_metrics.values(ctx.source, ctx.service_monitor, ctx.nvidia_driver_root)
+    return gpu_metrics.values(
+        ctx.source, ctx.service_monitor, ctx.nvidia_driver_root, ctx.dcgm_owned
+    )
+
+
+def gpu_metrics_embedded_values(ctx: Context) -> dict:
+    return gpu_metrics.EMBEDDED_VALUES[ctx.dcgm_owned]
 
 
 def _when_clients(build: Callable[[Context], dict]) -> Build:
@@ -843,7 +852,7 @@ def table() -> tuple[Component, ...]:
         ),
         chart(
             gpu_metrics.EMBEDDED_KEY,
-            gpu_metrics.EMBEDDED_VALUES,
+            gpu_metrics_embedded_values,
             after=(gpu_metrics.EMBEDDED_QUOTA_KEY,),
             sources=EKS_ONLY,
             second_of=(gpu_metrics.KEY, gpu_metrics.EMBEDDED_NAMESPACE),

@@ -15,11 +15,13 @@ GPUs' profiling counters. On EKS the node monitoring agent already runs one (its
 DaemonSet: nv-hostengine -n -b ALL, hostPort 5555, on amd64 NVIDIA instance types;
 aws/eks-node-monitoring-agent charts/ templates/dcgm-daemonset.yaml and values.yaml
 dcgmAgent.affinity, v1.7.0), so there the exporter connects to it on its node's address
-(DCGM_REMOTE_HOSTENGINE_INFO, pkg/cmd/app.go) and runs only where the agent places it: with a
-remote host engine that does not answer it exits (internal/pkg/dcgmprovider/dcgm.go). On EKS's
-other GPU nodes (arm64, as p6e-gb200 and g5g, which every agent version leaves without dcgm-server,
-and types its list lacks) a second release of the chart runs it with its own host engine, in a
-namespace of its own (the chart names its metrics ConfigMap and Role the same in every release).
+(DCGM_REMOTE_HOSTENGINE_INFO, pkg/cmd/app.go) and runs only where the agent places it
+(function/clusters/eks_dcgm.py: the chart's list, or every amd64 NVIDIA node where the function
+places it): with a remote host engine that does not answer it exits
+(internal/pkg/dcgmprovider/dcgm.go). On EKS's other GPU nodes (arm64, as p6e-gb200, which every
+agent version leaves without dcgm-server; types off the list while the chart places it) a second
+release of the chart runs it with its own host engine, in a namespace of its own (the chart names
+its metrics ConfigMap and Role the same in every release).
 
 How it sees the GPUs without claiming them: the image sets NVIDIA_VISIBLE_DEVICES=all
 (docker/Dockerfile), and the NVIDIA container runtime gives such a container every GPU and the
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 
 from function import failures, kube, names
 from function.caches import BODIES
+from function.clusters import eks_dcgm
 from function.clusters.base import as_desired
 from function.inputs import ObservedResource
 from function.output import Desired
@@ -93,68 +96,26 @@ GPU_NODE_LABELS = (
     "nvidia.com/gpu.present",
 )
 
-# Where the EKS node monitoring agent runs its DCGM host engine (dcgm-server): its chart's
-# dcgmAgent.affinity at v1.7.0, which the function leaves as it is (it sets only the tolerations,
-# clusters/eks.py). EKS installs the agent's default version for the cluster's minor, which the
-# function does not pin (no exact published add-on version found: docs/stack.md, GPU metrics): a
-# GPU instance type a later agent adds gets no exporter here until this list has it, and one that
-# moves dcgm-server's port or placement leaves the exporter exiting where no engine answers.
-EKS_DCGM_INSTANCE_TYPES = (
-    *(f"g3.{s}" for s in ("16xlarge", "4xlarge", "8xlarge")),
-    "g3s.xlarge",
-    *(f"g4dn.{s}" for s in ("12xlarge", "16xlarge", "2xlarge", "4xlarge", "8xlarge", "metal")),
-    "g4dn.xlarge",
-    *(f"g5.{s}" for s in ("12xlarge", "16xlarge", "24xlarge", "2xlarge", "48xlarge")),
-    *(f"g5.{s}" for s in ("4xlarge", "8xlarge", "xlarge")),
-    *(f"g5g.{s}" for s in ("16xlarge", "2xlarge", "4xlarge", "8xlarge", "metal", "xlarge")),
-    *(f"g6.{s}" for s in ("12xlarge", "16xlarge", "24xlarge", "2xlarge", "48xlarge")),
-    *(f"g6.{s}" for s in ("4xlarge", "8xlarge", "xlarge")),
-    *(f"g6e.{s}" for s in ("12xlarge", "16xlarge", "24xlarge", "2xlarge", "48xlarge")),
-    *(f"g6e.{s}" for s in ("4xlarge", "8xlarge", "xlarge")),
-    *(f"g6f.{s}" for s in ("2xlarge", "4xlarge", "large", "xlarge")),
-    *(f"g7.{s}" for s in ("12xlarge", "24xlarge", "2xlarge", "48xlarge", "4xlarge", "8xlarge")),
-    *(f"g7e.{s}" for s in ("12xlarge", "24xlarge", "2xlarge", "48xlarge", "4xlarge", "8xlarge")),
-    "gr6.4xlarge",
-    "gr6.8xlarge",
-    "gr6f.4xlarge",
-    *(f"p2.{s}" for s in ("16xlarge", "8xlarge", "xlarge")),
-    *(f"p3.{s}" for s in ("16xlarge", "2xlarge", "8xlarge")),
-    "p3dn.24xlarge",
-    "p4d.24xlarge",
-    "p4de.24xlarge",
-    "p5.48xlarge",
-    "p5.4xlarge",
-    "p5e.48xlarge",
-    "p5en.48xlarge",
-    "p6-b200.48xlarge",
-    "p6-b300.48xlarge",
-    "p6e-gb200.36xlarge",
-    "p6e-gb300.36xlarge",
-)
-# The agent's other two requirements: not on Fargate, Auto Mode, hybrid or HyperPod nodes, whose
-# DCGM the function does not know (it composes none of them); the exporter keeps off them too.
-EKS_NODES = (
-    {
-        "key": "eks.amazonaws.com/compute-type",
-        "operator": "NotIn",
-        "values": ["fargate", "auto", "hybrid"],
-    },
-    {"key": "sagemaker.amazonaws.com/compute-type", "operator": "NotIn", "values": ["hyperpod"]},
-)
-INSTANCE_TYPE, ARCH = "node.kubernetes.io/instance-type", "kubernetes.io/arch"
-# Where dcgm-server runs: every version of the agent places it on amd64 only (its chart's
-# dcgmAgent.affinity since the first commit), on a list of types every later version's list
-# holds (read at each commit to v1.7.0: none dropped a type).
-EKS_DCGM_SERVER = (
-    {"key": INSTANCE_TYPE, "operator": "In", "values": list(EKS_DCGM_INSTANCE_TYPES)},
-    *EKS_NODES,
-    {"key": ARCH, "operator": "In", "values": ["amd64"]},
-)
-# And where it does not, on the same nodes: a type off the list, or another architecture.
-EKS_NO_DCGM_SERVER = (
-    ({"key": INSTANCE_TYPE, "operator": "NotIn", "values": list(EKS_DCGM_INSTANCE_TYPES)},),
-    ({"key": ARCH, "operator": "NotIn", "values": ["amd64"]},),
-)
+# Where the exporter reads dcgm-server, and where it runs its own host engine, as the add-on places
+# dcgm-server (function/clusters/eks_dcgm.py): the chart's list, or any amd64 NVIDIA node where
+# the function owns the placement. The two always cover the same nodes, once each.
+EKS_REMOTE = {False: (eks_dcgm.LISTED,), True: (eks_dcgm.WIDENED[1:],)}
+EKS_EMBEDDED = {
+    False: (
+        (
+            {
+                "key": eks_dcgm.INSTANCE_TYPE,
+                "operator": "NotIn",
+                "values": list(eks_dcgm.EKS_DCGM_INSTANCE_TYPES),
+            },
+            *eks_dcgm.EKS_NODES,
+        ),
+        ({"key": eks_dcgm.ARCH, "operator": "NotIn", "values": ["amd64"]}, *eks_dcgm.EKS_NODES),
+    ),
+    True: (
+        ({"key": eks_dcgm.ARCH, "operator": "NotIn", "values": ["amd64"]}, *eks_dcgm.EKS_NODES),
+    ),
+}
 EKS_HOSTENGINE_PORT = 5555  # dcgm-server's hostPort
 # The exporter's connection to it, on its own node's address (the hostPort; the pod network
 # reaches it through the CNI's portmap, as the agent's own pods on the host network do).
@@ -222,8 +183,9 @@ def gpu_nodes(*extra: tuple[dict, ...]) -> dict:
     }
 
 
-def values(source: str, service_monitor: bool, driver_root: str) -> dict:
-    """The chart's values on a cluster of this source."""
+def values(source: str, service_monitor: bool, driver_root: str, dcgm_owned: bool = False) -> dict:
+    """The chart's values on a cluster of this source (dcgm_owned: on EKS, whether the function
+    places the agent's host engine, eks_dcgm.owned)."""
     made: dict = {
         "image": image(),
         "kubernetesDRA": {"enabled": True},
@@ -235,7 +197,7 @@ def values(source: str, service_monitor: bool, driver_root: str) -> dict:
         "serviceMonitor": {"enabled": service_monitor},
     }
     if source == "EKS":
-        made["affinity"] = gpu_nodes(EKS_DCGM_SERVER)
+        made["affinity"] = gpu_nodes(*EKS_REMOTE[dcgm_owned])
         made["extraEnv"] = list(EKS_REMOTE_HOSTENGINE)
         made["securityContext"] = REMOTE_SECURITY_CONTEXT
     elif source == "GKE":
@@ -252,10 +214,11 @@ def values(source: str, service_monitor: bool, driver_root: str) -> dict:
 
 
 # EKS: the second release's values, the exporter with its own host engine (SYS_ADMIN, the chart's
-# default) where dcgm-server does not run; it never rendered a ServiceMonitor.
+# default) where dcgm-server does not run, by whether the function places it; it never rendered a
+# ServiceMonitor.
 EMBEDDED_VALUES = {
-    **values("", False, ""),
-    "affinity": gpu_nodes(*((*more, *EKS_NODES) for more in EKS_NO_DCGM_SERVER)),
+    owned: {**values("", False, ""), "affinity": gpu_nodes(*EKS_EMBEDDED[owned])}
+    for owned in (False, True)
 }
 
 

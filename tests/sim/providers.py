@@ -65,6 +65,10 @@ class World:
     running: list[dict] = field(default_factory=list)
     # The workload cluster's Nodes (manifests), as the GPU health reporter lists them.
     gpu_nodes: list[dict] = field(default_factory=list)
+    # The version EKS gives the node monitoring agent's add-on when its spec sets none (its
+    # default for the cluster's minor, which EKS decides: the one whose chart the function
+    # read; None: not reported). Other add-ons' defaults are not modelled.
+    node_monitoring_agent: str | None = "v1.7.0-eksbuild.1"
 
 
 def conditions(ready: bool = True, reason: str = "Available", message: str = "") -> list[dict]:
@@ -134,6 +138,16 @@ def _versioned(service: str, resource: str, field: str) -> Callable[[dict, World
         version = _for_provider(body).get(field)
         return {**arn(body, world), **({field: version} if version else {})}
 
+    return report
+
+
+def _addon(body: dict, world: World) -> dict:
+    """An add-on reports its version (as _versioned); the node monitoring agent's, set or not
+    (World.node_monitoring_agent)."""
+    report = _versioned("eks", "addon", "addonVersion")(body, world)
+    default = world.node_monitoring_agent
+    if _for_provider(body).get("addonName") == "eks-node-monitoring-agent" and default:
+        return {"addonVersion": default, **report}
     return report
 
 
@@ -520,7 +534,7 @@ AT_PROVIDER: dict[tuple[str, str], Callable[[dict, World], dict | None]] = {
     ("iam.aws.m.upbound.io", "RolePolicyAttachment"): _aws_id("attach"),
     ("eks.aws.m.upbound.io", "Cluster"): _eks_cluster,
     ("eks.aws.m.upbound.io", "NodeGroup"): _node_group,
-    ("eks.aws.m.upbound.io", "Addon"): _versioned("eks", "addon", "addonVersion"),
+    ("eks.aws.m.upbound.io", "Addon"): _addon,
     ("eks.aws.m.upbound.io", "PodIdentityAssociation"): _aws_id("a"),
     ("eks.aws.m.upbound.io", "ClusterAuth"): lambda body, world: {},
     ("efs.aws.m.upbound.io", "FileSystem"): _aws_id("fs"),

@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 import pytest
 
 from function import clock, names, shapes
-from function.clusters import aws_network
+from function.clusters import aws_network, eks_dcgm
 from function.clusters.eks import efa_interfaces, rolled_with
 from function.compose import compose_cluster
 from function.inputs import Observed, ObservedResource
+from function.serving import gpu_metrics
 from tests.builders import all_classes, example
 from tests.sim.providers import World
 from tests.unit import sim
@@ -730,6 +731,34 @@ def test_every_node_group_repairs_its_unhealthy_nodes(name):
     assert len(groups) > 1
     for group in groups:
         assert group["spec"]["forProvider"]["nodeRepairConfig"] == {"enabled": True}
+
+
+@pytest.mark.parametrize(
+    ("version", "owned"),
+    [
+        ("v1.7.0-eksbuild.1", True),
+        ("v1.6.3-eksbuild.1", True),
+        ("v1.6.2-eksbuild.1", False),
+        (None, False),
+    ],
+)
+def test_the_agent_s_host_engine_runs_on_every_amd64_gpu_node_where_its_add_on_takes_it(
+    version, owned
+):
+    """Off its chart's list of instance types the agent still reads DCGM, reports DCGMError
+    (Fatal) and node repair reboots the node: where the add-on's version takes
+    dcgmAgent.affinity (v1.6.3 on), it runs on every amd64 NVIDIA node; an older one, or one
+    whose version is not read yet, is never sent the key (its schema refuses it). The GPU
+    metrics releases follow in the same reconcile."""
+    xr, classes = example("eks-on-demand")
+    out = converge(xr, classes, World(node_monitoring_agent=version))
+    addon = out.resources["addon-eks-node-monitoring-agent"].body["spec"]["forProvider"]
+    dcgm = json.loads(addon["configurationValues"])["dcgmAgent"]
+    assert dcgm.get("affinity") == (eks_dcgm.OWNED_AFFINITY if owned else None)
+    release = out.resources["release-dcgm-exporter"].body["spec"]["forProvider"]["values"]
+    embedded = out.resources["release-dcgm-exporter-embedded"].body["spec"]["forProvider"]
+    assert release == gpu_metrics.values("EKS", False, "/", owned)
+    assert embedded["values"] == gpu_metrics.EMBEDDED_VALUES[owned]
 
 
 def test_the_node_monitoring_agent_s_dcgm_host_engine_tolerates_every_gpu_node_s_taint():

@@ -6,6 +6,7 @@ import copy
 import pytest
 
 from function import kube, shapes
+from function.clusters import eks_dcgm
 from function.compose import compose_cluster
 from function.inputs import ObservedResource
 from function.serving import gpu_metrics
@@ -67,21 +68,21 @@ def test_on_eks_it_reads_the_node_monitoring_agent_s_host_engine_instead_of_star
     assert host_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
     # HOST_IP comes first: Kubernetes expands $(VAR) only from variables defined before it.
     assert [e["name"] for e in values["extraEnv"]] == ["HOST_IP", "DCGM_REMOTE_HOSTENGINE_INFO"]
-    # Only where dcgm-server runs (its own affinity), never without a host engine.
+    # Only where dcgm-server runs (the chart's own affinity), never without a host engine.
     (term,) = terms(values)
     assert term[0] == {"key": GPU_NODE_LABEL, "operator": "In", "values": ["true"]}
-    assert list(gpu_metrics.EKS_DCGM_SERVER) == term[1:]
-    arch = next(e for e in gpu_metrics.EKS_DCGM_SERVER if e["key"] == "kubernetes.io/arch")
+    assert list(eks_dcgm.LISTED) == term[1:]
+    arch = next(e for e in eks_dcgm.LISTED if e["key"] == "kubernetes.io/arch")
     assert arch["values"] == ["amd64"]
-    assert "p5.48xlarge" in gpu_metrics.EKS_DCGM_INSTANCE_TYPES
-    assert len(gpu_metrics.EKS_DCGM_INSTANCE_TYPES) == 77
+    assert "p5.48xlarge" in eks_dcgm.EKS_DCGM_INSTANCE_TYPES
+    assert len(eks_dcgm.EKS_DCGM_INSTANCE_TYPES) == 77
     # No profiling of its own: no SYS_ADMIN.
     assert values["securityContext"]["capabilities"] == {"add": [], "drop": ["ALL"]}
 
 
-def _admits(values: dict, labels: dict[str, str]) -> bool:
-    """Whether a node with these labels meets the values' required node affinity (the
-    scheduler's rule: any term, each of its expressions; NotIn holds where the label is absent)."""
+def _admits(affinity: dict, labels: dict[str, str]) -> bool:
+    """Whether a node with these labels meets a required node affinity (the scheduler's rule:
+    any term, each of its expressions; NotIn holds where the label is absent)."""
 
     def meets(e: dict) -> bool:
         if e["operator"] == "In":
@@ -90,24 +91,44 @@ def _admits(values: dict, labels: dict[str, str]) -> bool:
             return labels.get(e["key"]) not in e["values"]
         raise AssertionError(e)
 
-    return any(all(meets(e) for e in term) for term in terms(values))
+    required = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    return any(all(meets(e) for e in t["matchExpressions"]) for t in required["nodeSelectorTerms"])
 
 
-EKS_TYPES = sorted({*gpu_metrics.EKS_DCGM_INSTANCE_TYPES, *shapes.EC2, "g99.xlarge"})
+def _chart_placement() -> dict:
+    """dcgm-server's placement by the agent's own chart (v1.7.0's dcgmAgent.affinity, as
+    eks_dcgm.LISTED transcribes it)."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": list(eks_dcgm.LISTED)}]
+            }
+        }
+    }
 
 
+EKS_TYPES = sorted({*eks_dcgm.EKS_DCGM_INSTANCE_TYPES, *shapes.EC2, "g99.xlarge"})
+
+
+@pytest.mark.parametrize("owned", [False, True])
 @pytest.mark.parametrize("arch", ["amd64", "arm64"])
 @pytest.mark.parametrize("instance_type", EKS_TYPES)
-def test_on_eks_every_gpu_node_gets_one_exporter_and_one_host_engine(instance_type, arch):
-    """The release against dcgm-server where the agent runs it (its amd64 types), the one with
-    its own host engine on every other GPU node (arm64 as p6e-gb200, a type off the list), never
-    both; none on a node without a GPU or of a compute type the agent keeps off."""
-    remote, embedded = gpu_metrics.values("EKS", False, "/"), gpu_metrics.EMBEDDED_VALUES
+def test_on_eks_every_gpu_node_gets_one_exporter_and_one_host_engine(instance_type, arch, owned):
+    """Wherever the agent's dcgm-server runs (the chart's placement, or the function's where the
+    add-on takes it), the release that reads it; on every other GPU node the one with its own
+    host engine; never both, never none; none on a node without a GPU or of a compute type the
+    agent keeps off. Where the function places it, every amd64 GPU node has one (a node without
+    reports DCGMError and is repaired)."""
+    agent = eks_dcgm.OWNED_AFFINITY if owned else _chart_placement()
+    remote = gpu_metrics.values("EKS", False, "/", owned)["affinity"]
+    embedded = gpu_metrics.EMBEDDED_VALUES[owned]["affinity"]
     node = {GPU_NODE_LABEL: "true", "node.kubernetes.io/instance-type": instance_type}
     node["kubernetes.io/arch"] = arch
-    agent_runs_one = instance_type in gpu_metrics.EKS_DCGM_INSTANCE_TYPES and arch == "amd64"
-    assert _admits(remote, node) is agent_runs_one
-    assert _admits(embedded, node) is not agent_runs_one
+    engine = _admits(agent, node)
+    assert _admits(remote, node) is engine
+    assert _admits(embedded, node) is not engine
+    if owned:
+        assert engine is (arch == "amd64")
     for other in (
         {**node, GPU_NODE_LABEL: "false"},
         {**node, "eks.amazonaws.com/compute-type": "auto"},
@@ -116,13 +137,15 @@ def test_on_eks_every_gpu_node_gets_one_exporter_and_one_host_engine(instance_ty
 
 
 def test_every_ec2_gpu_type_the_function_knows_is_one_the_agent_places_or_not_by_architecture():
-    """A GPU type of the shapes table on amd64 is on dcgm-server's list (so it is read from the
-    agent's engine), and the arm64 ones (p6e-gb200) get the exporter's own."""
+    """A GPU type of the shapes table on amd64 is on dcgm-server's list (read from the agent's
+    engine even where its chart places it), and the arm64 ones (p6e-gb200) get the exporter's."""
     for name, shape in shapes.EC2.items():
         if shape.arch == "x86_64":
-            assert name in gpu_metrics.EKS_DCGM_INSTANCE_TYPES, name
+            assert name in eks_dcgm.EKS_DCGM_INSTANCE_TYPES, name
     node = {GPU_NODE_LABEL: "true", "node.kubernetes.io/instance-type": "p6e-gb200.36xlarge"}
-    assert _admits(gpu_metrics.EMBEDDED_VALUES, {**node, "kubernetes.io/arch": "arm64"})
+    for owned in (False, True):
+        embedded = gpu_metrics.EMBEDDED_VALUES[owned]["affinity"]
+        assert _admits(embedded, {**node, "kubernetes.io/arch": "arm64"})
 
 
 @pytest.mark.parametrize("source", ["GKE", "AKS", "Nebius", "Vultr", "Existing"])
@@ -401,7 +424,9 @@ def test_its_namespace_lets_its_pods_mount_the_host_and_holds_their_priority():
 
 def _embedded() -> list[dict]:
     component = next(c for c in COMPONENTS if c.key == gpu_metrics.EMBEDDED_KEY)
-    release = kube.release("x", component.key, component.pinned, "pc", gpu_metrics.EMBEDDED_VALUES)
+    release = kube.release(
+        "x", component.key, component.pinned, "pc", gpu_metrics.EMBEDDED_VALUES[False]
+    )
     return charts.template(release)
 
 
@@ -444,7 +469,8 @@ def test_only_eks_gets_the_second_release_with_its_namespace_and_quota(source):
     release = out.resources[f"release-{gpu_metrics.EMBEDDED_KEY}"].body["spec"]["forProvider"]
     assert release["namespace"] == "modelplane-gpu-metrics-embedded"
     assert release["chart"]["version"] == CHARTS[gpu_metrics.KEY].version
-    assert release["values"] == gpu_metrics.EMBEDDED_VALUES
+    # The simulated add-on reports v1.7.0: the function places its host engine.
+    assert release["values"] == gpu_metrics.EMBEDDED_VALUES[True]
     quota = out.resources[gpu_metrics.EMBEDDED_QUOTA_KEY].body["spec"]["forProvider"]["manifest"]
     assert quota["metadata"]["namespace"] == "modelplane-gpu-metrics-embedded"
 
