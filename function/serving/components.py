@@ -618,18 +618,24 @@ CRITICAL_PODS_QUOTA = {
 }
 
 
-# The DCGM exporter's pods keep the chart's priority (system-node-critical: GPU metrics on the
-# busiest nodes too), which needs the same quota in its namespace.
-GPU_METRICS_QUOTA = {
-    **CRITICAL_PODS_QUOTA,
-    "metadata": {"name": "allow-critical-pods", "namespace": gpu_metrics.NAMESPACE},
-}
-
-
-GPU_METRICS_EMBEDDED_QUOTA = {
-    **CRITICAL_PODS_QUOTA,
-    "metadata": {"name": "allow-critical-pods", "namespace": gpu_metrics.EMBEDDED_NAMESPACE},
-}
+def gpu_metrics_release(
+    key: str,
+    namespace_key: str,
+    quota_key: str,
+    values: Build,
+    sources: frozenset[str] | None = None,
+    second_of: tuple[str, str] | None = None,
+) -> tuple[Component, ...]:
+    """A DCGM exporter release with its own namespace (Pod Security privileged: host paths,
+    SYS_ADMIN) and that namespace's critical-pods quota: its pods keep the chart's priority
+    (system-node-critical: GPU metrics on the busiest nodes too)."""
+    name = second_of[1] if second_of else CHARTS[key].namespace
+    quota = {**CRITICAL_PODS_QUOTA, "metadata": {"name": "allow-critical-pods", "namespace": name}}
+    return (
+        manifest(namespace_key, namespace(name, PRIVILEGED), inside=key, sources=sources),
+        manifest(quota_key, quota, after=(namespace_key,), inside=key, sources=sources),
+        chart(key, values, after=(quota_key,), sources=sources, second_of=second_of),
+    )
 
 
 def gpu_metrics_values(ctx: Context) -> dict:
@@ -822,38 +828,16 @@ def table() -> tuple[Component, ...]:
             after=(gpu_health.NAMESPACE_KEY,),
             policies=OBSERVE,
         ),
-        # GPU metrics (function/serving/gpu_metrics.py): the DCGM exporter on every GPU node, in
-        # a namespace of its own (Pod Security privileged: host paths, SYS_ADMIN).
-        manifest(
-            gpu_metrics.NAMESPACE_KEY,
-            namespace(gpu_metrics.NAMESPACE, PRIVILEGED),
-            inside=gpu_metrics.KEY,
+        # GPU metrics (function/serving/gpu_metrics.py): the DCGM exporter on every GPU node; on
+        # EKS a second release with its own host engine where the node monitoring agent runs none.
+        *gpu_metrics_release(
+            gpu_metrics.KEY, gpu_metrics.NAMESPACE_KEY, gpu_metrics.QUOTA_KEY, gpu_metrics_values
         ),
-        manifest(
-            gpu_metrics.QUOTA_KEY,
-            GPU_METRICS_QUOTA,
-            after=(gpu_metrics.NAMESPACE_KEY,),
-            inside=gpu_metrics.KEY,
-        ),
-        chart(gpu_metrics.KEY, gpu_metrics_values, after=(gpu_metrics.QUOTA_KEY,)),
-        # EKS: the exporter with its own host engine where the node monitoring agent runs none.
-        manifest(
-            gpu_metrics.EMBEDDED_NAMESPACE_KEY,
-            namespace(gpu_metrics.EMBEDDED_NAMESPACE, PRIVILEGED),
-            inside=gpu_metrics.EMBEDDED_KEY,
-            sources=EKS_ONLY,
-        ),
-        manifest(
-            gpu_metrics.EMBEDDED_QUOTA_KEY,
-            GPU_METRICS_EMBEDDED_QUOTA,
-            after=(gpu_metrics.EMBEDDED_NAMESPACE_KEY,),
-            inside=gpu_metrics.EMBEDDED_KEY,
-            sources=EKS_ONLY,
-        ),
-        chart(
+        *gpu_metrics_release(
             gpu_metrics.EMBEDDED_KEY,
+            gpu_metrics.EMBEDDED_NAMESPACE_KEY,
+            gpu_metrics.EMBEDDED_QUOTA_KEY,
             gpu_metrics_embedded_values,
-            after=(gpu_metrics.EMBEDDED_QUOTA_KEY,),
             sources=EKS_ONLY,
             second_of=(gpu_metrics.KEY, gpu_metrics.EMBEDDED_NAMESPACE),
         ),
