@@ -387,6 +387,9 @@ class EKSCluster:
         node_groups |= {k for k in c.inputs.observed.resources if k.startswith("nodegroup-")}
         self.versions = eks_upgrade.plan(c, self.version, sorted(node_groups))
         self.iam()
+        # The version EKS gave the agent's add-on is read once it exists: never asked of one
+        # that may refuse. Its configuration and the GPU metrics releases follow the one answer.
+        self.dcgm_owned = eks_dcgm.owned(c.observed(eks_dcgm.ADDON_KEY))
         logs = self.control_plane_log_group()
         self.control_plane(logs)
         self.system_node_group()
@@ -404,6 +407,7 @@ class EKSCluster:
         storage_class = self.storage_class(provider_config)
         self.identities_outlive_their_users(node_groups)
         facts = c.facts(provider_config, storage_class)
+        facts.dcgm_owned = self.dcgm_owned
         # The gateway's Service gets a Network Load Balancer from EKS's cloud provider, as the
         # EKS User Guide ("Route TCP and UDP traffic with Network Load Balancers") has it when
         # the AWS Load Balancer Controller is not installed; without it, a Classic one.
@@ -687,9 +691,7 @@ class EKSCluster:
             if not c.when(key, all(c.is_ready(k) for k in after), "EFS CSI Pod Identity"):
                 return
         if addon == "eks-node-monitoring-agent":
-            # The version EKS gave it is read once it exists: never asked of one that may refuse.
-            owned = eks_dcgm.owned(c.observed(key))
-            spec["configurationValues"] = NODE_MONITORING_VALUES[owned]
+            spec["configurationValues"] = NODE_MONITORING_VALUES[self.dcgm_owned]
         if addon == "vpc-cni":
             values = self.vpc_cni_values(key)
             if values is not None:

@@ -17,6 +17,7 @@ to every amd64 node NFD labels as an NVIDIA GPU node (OWNED_AFFINITY); where it 
 agent, or before the add-on's version is read), the chart's own placement stands (LISTED).
 """
 
+import json
 import re
 
 from function.inputs import ObservedResource
@@ -100,8 +101,7 @@ def owned(addon: ObservedResource | None) -> bool:
     observation lost the add-on's status changes nothing). False while neither is read."""
     if addon is None:
         return False
-    values = addon.get("spec", "forProvider", "configurationValues")
-    if isinstance(values, str) and '"affinity"' in values:
+    if "affinity" in _dcgm_agent(addon.get("spec", "forProvider", "configurationValues")):
         return True
     for version in (
         addon.at_provider("addonVersion"),
@@ -111,3 +111,13 @@ def owned(addon: ObservedResource | None) -> bool:
         if found is not None and tuple(int(n) for n in found.groups()) >= OWNED_FROM:
             return True
     return False
+
+
+def _dcgm_agent(values) -> dict:
+    """The dcgmAgent section of an add-on's configuration (a JSON string), or {}."""
+    try:
+        parsed = json.loads(values) if isinstance(values, str) else None
+    except ValueError:
+        return {}
+    agent = parsed.get("dcgmAgent") if isinstance(parsed, dict) else None
+    return agent if isinstance(agent, dict) else {}

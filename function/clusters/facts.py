@@ -33,3 +33,7 @@ class ClusterFacts:
     # Devices the cloud gives a pool's nodes beyond what its class declares, published in
     # status.gpuPools so replicas ask for them (AKS InfiniBand: rdma/shared_ib).
     pool_devices: dict[str, tuple[dict, ...]] = field(default_factory=dict)
+    # EKS: whether the function places the node monitoring agent's DCGM host engine (decided
+    # once, from the add-on it composes: function/clusters/eks_dcgm.py owned); the GPU metrics
+    # releases follow it.
+    dcgm_owned: bool = False

@@ -100,6 +100,8 @@ GPU_NODE_LABELS = (
 # dcgm-server (function/clusters/eks_dcgm.py): the chart's list, or any amd64 NVIDIA node where
 # the function owns the placement. The two always cover the same nodes, once each.
 EKS_REMOTE = {False: (eks_dcgm.LISTED,), True: (eks_dcgm.WIDENED[1:],)}
+# Off amd64 the agent never runs dcgm-server, whoever places it.
+_OFF_AMD64 = ({"key": eks_dcgm.ARCH, "operator": "NotIn", "values": ["amd64"]}, *eks_dcgm.EKS_NODES)
 EKS_EMBEDDED = {
     False: (
         (
@@ -110,11 +112,9 @@ EKS_EMBEDDED = {
             },
             *eks_dcgm.EKS_NODES,
         ),
-        ({"key": eks_dcgm.ARCH, "operator": "NotIn", "values": ["amd64"]}, *eks_dcgm.EKS_NODES),
+        _OFF_AMD64,
     ),
-    True: (
-        ({"key": eks_dcgm.ARCH, "operator": "NotIn", "values": ["amd64"]}, *eks_dcgm.EKS_NODES),
-    ),
+    True: (_OFF_AMD64,),
 }
 EKS_HOSTENGINE_PORT = 5555  # dcgm-server's hostPort
 # The exporter's connection to it, on its own node's address (the hostPort; the pod network

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 
 from function import kube, names, wire
 from function.caches import BODIES, crd_job_name
-from function.clusters import eks_dcgm
 from function.clusters.base import (
     PROVIDER_CONFIG_KEYS,
     as_desired,
@@ -111,7 +110,7 @@ def render(inputs: Inputs, cluster: ClusterFacts) -> StackFacts:
         source=inputs.xr.spec.cluster.source,
         moved=modelexpress.moves(observed),
         service_monitor=gpu_metrics.release_renders(observed),
-        dcgm_owned=_dcgm_owned(inputs.xr.spec.cluster.source, observed),
+        dcgm_owned=cluster.dcgm_owned,
         gateway_api_crds=gateway_api_crds_ours(inputs.xr.spec.cluster.source, observed),
     )
     reachable = all(k in observed for k in PROVIDER_CONFIG_KEYS)
@@ -600,13 +599,6 @@ def _job_holds(
     if state == crd_job.RUNNING:
         return None, []
     return None, [Result("Warning", f"{component.key}: {why}", reason="CRDJobFailed")]
-
-
-def _dcgm_owned(source: str, observed) -> bool:
-    """On EKS, whether the node monitoring agent's add-on is at a version that takes the
-    function's placement of its host engine: the one the EKS renderer composes from the same
-    observed version in the same reconcile."""
-    return source == "EKS" and eks_dcgm.owned(observed.get(eks_dcgm.ADDON_KEY))
 
 
 def gateway_api_crds_ours(source: str, observed) -> bool:

@@ -45,6 +45,21 @@ def test_not_read_is_not_owned_and_once_sent_it_stays_whatever_is_lost():
     assert eks_dcgm.owned(_addon(owned=True)) is True
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        '{"monitoringAgent": {"affinity": {}}}',  # another section's placement
+        '{"dcgmAgent": {"tolerations": [{"key": "affinity"}]}}',  # the word, not the key
+        '{"dcgmAgent": "affinity"}',
+        "not json, affinity",
+        None,
+    ],
+)
+def test_only_a_placement_of_the_dcgm_agent_counts_as_sent(values):
+    addon = ObservedResource({"spec": {"forProvider": {"configurationValues": values}}})
+    assert eks_dcgm.owned(addon) is False
+
+
 def test_the_function_s_placement_keeps_the_chart_s_and_adds_every_amd64_nvidia_node():
     values = json.loads(NODE_MONITORING_VALUES[True])["dcgmAgent"]
     terms = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
