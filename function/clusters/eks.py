@@ -389,7 +389,11 @@ class EKSCluster:
         self.iam()
         # The version EKS gave the agent's add-on is read once it exists: never asked of one
         # that may refuse. Its configuration and the GPU metrics releases follow the one answer.
-        self.dcgm_owned = eks_dcgm.owned(c.observed(eks_dcgm.ADDON_KEY))
+        agent = c.observed(eks_dcgm.ADDON_KEY)
+        self.dcgm_owned = eks_dcgm.owned(agent)
+        outdated = eks_dcgm.outdated(agent, c.name("addon", eks_dcgm.ADDON)) if pools else None
+        if outdated:
+            c.warn(outdated, reason="NodeMonitoringAgentOutdated")
         logs = self.control_plane_log_group()
         self.control_plane(logs)
         self.system_node_group()
@@ -690,7 +694,7 @@ class EKSCluster:
             after = ("pod-identity-efs-csi", "addon-eks-pod-identity-agent")
             if not c.when(key, all(c.is_ready(k) for k in after), "EFS CSI Pod Identity"):
                 return
-        if addon == "eks-node-monitoring-agent":
+        if addon == eks_dcgm.ADDON:
             spec["configurationValues"] = NODE_MONITORING_VALUES[self.dcgm_owned]
         if addon == "vpc-cni":
             values = self.vpc_cni_values(key)

@@ -88,7 +88,8 @@ OWNED_AFFINITY = {
     }
 }
 # The add-on's composed resource (function/clusters/eks.py, one per EKS_ADDONS entry).
-ADDON_KEY = "addon-eks-node-monitoring-agent"
+ADDON = "eks-node-monitoring-agent"
+ADDON_KEY = f"addon-{ADDON}"
 # The first version whose configuration schema takes dcgmAgent.affinity.
 OWNED_FROM = (1, 6, 3)
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
@@ -96,21 +97,50 @@ _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 
 def owned(addon: ObservedResource | None) -> bool:
     """Whether the observed add-on takes the function's placement of dcgm-server: its version
-    (as EKS reports it, v1.7.0-eksbuild.1, or as late-initialised into its spec) is OWNED_FROM or
-    later, or its configuration already carries the placement (sent once, kept: a reconcile whose
-    observation lost the add-on's status changes nothing). False while neither is read."""
+    is OWNED_FROM or later, or its configuration already carries the placement (sent once, kept:
+    a reconcile whose observation lost the add-on's status changes nothing). False while neither
+    is read."""
     if addon is None:
         return False
     if "affinity" in _dcgm_agent(addon.get("spec", "forProvider", "configurationValues")):
         return True
-    for version in (
+    found = version(addon)
+    return found is not None and found >= OWNED_FROM
+
+
+def version(addon: ObservedResource | None) -> tuple[int, int, int] | None:
+    """The add-on's version as EKS reports it (v1.7.0-eksbuild.1) or as late-initialised into
+    its spec, as numbers; None while neither is read."""
+    if addon is None:
+        return None
+    for named in (
         addon.at_provider("addonVersion"),
         addon.get("spec", "forProvider", "addonVersion"),
     ):
-        found = _VERSION.match(version) if isinstance(version, str) else None
-        if found is not None and tuple(int(n) for n in found.groups()) >= OWNED_FROM:
-            return True
-    return False
+        found = _VERSION.match(named) if isinstance(named, str) else None
+        if found is not None:
+            major, minor, patch = (int(n) for n in found.groups())
+            return major, minor, patch
+    return None
+
+
+def outdated(addon: ObservedResource | None, name: str) -> str | None:
+    """What to tell the operator of an add-on read to be older than OWNED_FROM (its placement is
+    the chart's list, which only a newer agent widens, and EKS never moves an add-on by itself);
+    None otherwise. name: the Addon's."""
+    found = version(addon)
+    if found is None or owned(addon):
+        return None
+    named = ".".join(map(str, found))
+    least = ".".join(map(str, OWNED_FROM))
+    return (
+        f"the EKS node monitoring agent add-on is v{named}: before v{least} its DCGM host engine "
+        "runs only on the instance types its chart lists, and on a GPU node of another type the "
+        "agent reports DCGMError, on which node repair reboots or replaces the node; set "
+        f"spec.forProvider.addonVersion of the Addon {name} to v{least} or later (aws eks "
+        "describe-addon-versions --addon-name eks-node-monitoring-agent), and the function "
+        "places the host engine on every amd64 NVIDIA GPU node"
+    )
 
 
 def _dcgm_agent(values) -> dict:

@@ -759,6 +759,20 @@ def test_the_agent_s_host_engine_runs_on_every_amd64_gpu_node_where_its_add_on_t
     embedded = out.resources["release-dcgm-exporter-embedded"].body["spec"]["forProvider"]
     assert release == gpu_metrics.values("EKS", False, "/", owned)
     assert embedded["values"] == gpu_metrics.EMBEDDED_VALUES[owned]
+    # An agent read to be older is named, with what to set, where: the function cannot widen
+    # its placement, and EKS never moves the add-on.
+    outdated = [r for r in out.results if r.reason == "NodeMonitoringAgentOutdated"]
+    if version == "v1.6.2-eksbuild.1":
+        (warning,) = outdated
+        assert warning.severity == "Warning"
+        assert "v1.6.2" in warning.message and "spec.forProvider.addonVersion" in warning.message
+        assert addon_name(out) in warning.message
+    else:
+        assert outdated == []
+
+
+def addon_name(out) -> str:
+    return out.resources["addon-eks-node-monitoring-agent"].body["metadata"]["name"]
 
 
 def test_the_node_monitoring_agent_s_dcgm_host_engine_tolerates_every_gpu_node_s_taint():

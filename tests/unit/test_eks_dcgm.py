@@ -72,3 +72,31 @@ def test_the_function_s_placement_keeps_the_chart_s_and_adds_every_amd64_nvidia_
         values["tolerations"]
         == json.loads(NODE_MONITORING_VALUES[False])["dcgmAgent"]["tolerations"]
     )
+
+
+@pytest.mark.parametrize(
+    ("version", "named"),
+    [
+        ("v1.6.2-eksbuild.1", (1, 6, 2)),
+        ("v1.5.9-eksbuild.3", (1, 5, 9)),
+        ("1.6.3", (1, 6, 3)),
+        ("latest", None),
+        (None, None),
+    ],
+)
+def test_the_agent_s_version_is_read_as_numbers_and_an_older_one_is_told(version, named):
+    addon = _addon(version)
+    assert eks_dcgm.version(addon) == named
+    told = eks_dcgm.outdated(addon, "mp-agent")
+    if named is not None and named < eks_dcgm.OWNED_FROM:
+        assert told is not None
+        assert f"v{'.'.join(map(str, named))}" in told
+        assert "the Addon mp-agent to v1.6.3 or later" in told
+    else:
+        assert told is None
+
+
+def test_an_agent_that_takes_the_placement_already_is_not_told_whatever_its_status_says():
+    # The placement was sent (the add-on was moved, then its status lost or stale): nothing to do.
+    assert eks_dcgm.outdated(_addon("v1.6.2-eksbuild.1", owned=True), "mp-agent") is None
+    assert eks_dcgm.outdated(None, "mp-agent") is None
