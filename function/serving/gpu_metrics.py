@@ -133,6 +133,13 @@ REMOTE_SECURITY_CONTEXT = {
     "capabilities": {"add": [], "drop": ["ALL"]},
     "allowPrivilegeEscalation": False,
 }
+# The runtime's default seccomp profile for every exporter pod (the chart sets none, so the
+# kubelet's default, Unconfined, stood). It takes nothing the exporter's capabilities grant:
+# containerd's default profile allows bpf, perf_event_open, mount and the rest of CAP_SYS_ADMIN's
+# syscalls to a container that holds it (contrib/seccomp/seccomp_default.go), and ioctl (the GPUs'
+# device nodes) to every container; a privileged container (GKE's) runs without one whatever is
+# set (internal/cri/sputil/seccomp_linux.go). Stack SRE review, finding 4.
+POD_SECURITY_CONTEXT = {"seccompProfile": {"type": "RuntimeDefault"}}
 # GKE: privileged for the GPUs' device nodes. The API server refuses privileged with the chart's
 # `allowPrivilegeEscalation: false` ("cannot set `allowPrivilegeEscalation` to false and
 # `privileged` to true", apis/core/validation), which Helm's merge would keep: set true.
@@ -192,6 +199,7 @@ def values(source: str, service_monitor: bool, driver_root: str, dcgm_owned: boo
         "tolerations": [GPU_TOLERATION],
         "affinity": gpu_nodes(),
         "resources": RESOURCES,
+        "podSecurityContext": POD_SECURITY_CONTEXT,
         "rollingUpdate": ROLLOUT,
         # Only while a live release hands its ServiceMonitor over (release_renders).
         "serviceMonitor": {"enabled": service_monitor},

@@ -388,9 +388,12 @@ def test_the_real_chart_grants_dra_reads_and_mounts_the_pod_resources_socket():
 def test_the_real_chart_s_security_context_is_one_the_api_server_admits(source):
     """Helm merges the function's securityContext into the chart's: privileged with the chart's
     allowPrivilegeEscalation false is refused by the API server (GKE's install failed so in the
-    workload e2e); against EKS's remote host engine the chart's SYS_ADMIN is not kept."""
+    workload e2e); against EKS's remote host engine the chart's SYS_ADMIN is not kept. Every
+    pod runs under the runtime's default seccomp profile (the chart sets none)."""
     pod = _rendered(source, False, GKE_ROOT)["DaemonSet"]["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     context = pod["containers"][0]["securityContext"]
+    assert "seccompProfile" not in context  # the pod's holds for every container
     if context.get("privileged"):
         assert context.get("allowPrivilegeEscalation") is not False, context
     if source == "EKS":
@@ -450,6 +453,7 @@ def test_the_real_chart_s_second_release_on_eks_runs_its_own_host_engine_in_its_
     container = pod["containers"][0]
     assert "DCGM_REMOTE_HOSTENGINE_INFO" not in {e["name"] for e in container["env"]}
     assert "SYS_ADMIN" in container["securityContext"]["capabilities"]["add"]
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     assert pod["tolerations"] == [GPU_TOLERATION]
     assert made["Service"]["metadata"]["name"] == "mp-dcgm-exporter-embedded"
 
